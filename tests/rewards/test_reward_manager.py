@@ -487,16 +487,18 @@ def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> Non
     assert wait_gone(worker_pids, 30) == []
 
 
-def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_reward_file, tokenizer) -> None:
+def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_reward_file, tokenizer, tmp_path) -> None:
     # The trainer gives up on a hung reward after worker.reward.timeout_s and closes the pool before it reports the
     # error: the close must kill the stuck worker rather than wait for it.
-    path = write_reward_file("""
+    hanging = tmp_path / "hanging"
+    path = write_reward_file(f"""
         import os, time
 
         def score(sample):
             if sample["response"] == "hang":
+                open({str(hanging)!r}, "w").close()
                 time.sleep(3600)
-            return {"overall": 1.0, "pid": float(os.getpid())}
+            return {{"overall": 1.0, "pid": float(os.getpid())}}
     """)
     manager = manager_for(f"{path}:score", tokenizer, num_cpus=2)
     _, metrics = manager.compute_reward(make_batch(["Q"] * 2, ["a", "b"]))
@@ -511,7 +513,10 @@ def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_rew
 
     scoring = threading.Thread(target=score_the_hung_batch, daemon=True)
     scoring.start()
-    time.sleep(2)  # the hung chunk is inside the function now
+    deadline = time.monotonic() + 60
+    while not hanging.exists():  # the hung chunk is inside the function now
+        assert time.monotonic() < deadline, "the hung chunk never reached the function"
+        time.sleep(0.05)
     closing = threading.Thread(target=manager.close, daemon=True)
     closing.start()
     closing.join(timeout=30)

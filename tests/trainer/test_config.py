@@ -1676,3 +1676,69 @@ def test_a_setting_of_a_feature_the_run_leaves_off_is_warned_about(files, caplog
         load_config([*base_args(files), "algorithm.online_filtering=true", "algorithm.filter_low=0.2"])
         load_config([*base_args(files), "algorithm.filter_low=0.01"])
     assert "has no effect" not in caplog.text
+
+
+def test_a_correction_bound_or_kl_penalty_the_run_does_not_read_is_warned_about(files, caplog):
+    """icepop's mask bounds under tis, the KL penalty's estimator without a KL term: accepted and never read."""
+    correction = ["worker.rollout.calculate_log_probs=true", "algorithm.rollout_correction.mode=tis"]
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), *correction, "algorithm.rollout_correction.mask_low=0.1"])
+        load_config([*base_args(files), "algorithm.disable_kl=true", "algorithm.kl_penalty=mse"])
+    warnings = [record.getMessage() for record in caplog.records if "has no effect" in record.getMessage()]
+    assert warnings == [
+        "algorithm.rollout_correction.mode=tis: algorithm.rollout_correction.mask_low=0.1 has no effect in this run.",
+        "algorithm.disable_kl=true builds no reference model and no KL term: algorithm.kl_penalty=mse has no effect "
+        "in this run.",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):  # read by the mode: no word
+        load_config([*base_args(files), *correction, "algorithm.rollout_correction.is_cap=3"])
+        load_config([*base_args(files), "worker.rollout.calculate_log_probs=true", "algorithm.kl_penalty=mse"])
+    assert "has no effect" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["worker.actor.tau_positive=2"],
+            r"loss_type=default does not read worker.actor.tau_positive=2.0 \(it reads ",
+        ),
+        (
+            ["worker.actor.loss_type=sapo", "worker.actor.clip_ratio_high=0.28"],
+            r"loss_type=sapo does not read worker.actor.clip_ratio_high=0.28 \(it reads tau_positive, tau_negative\)",
+        ),
+        (["worker.actor.loss_type=gspo", "worker.actor.clip_ratio_dual=10"], r"gspo does not read .*clip_ratio_dual"),
+        (
+            ["algorithm.mask_truncated_responses=true", "worker.rollout.ignore_eos=true"],
+            r"every response then runs to the length budget and counts as cut",
+        ),
+        (["worker.reward.model.weight=2"], r"worker.reward.model.weight set\(s\) the reward model, and .*unset"),
+        (["worker.reward.rule_weight=0.5"], r"rule_weight=0.5 weighs the rule-based functions against a reward model"),
+    ],
+)
+def test_a_setting_that_would_be_dropped_silently_is_refused(files, args, message):
+    """Each of these was accepted and did nothing (a loss option the loss does not read, a reward model's weight
+    without a reward model), or left the actor nothing to learn from (every response counted as cut)."""
+    with pytest.raises(ConfigError, match=message):
+        load_config([*base_args(files), *args])
+
+
+def test_the_options_a_loss_reads_are_accepted(files):
+    for args in (
+        ["worker.actor.loss_type=gspo", "worker.actor.clip_ratio_low=3e-4", "worker.actor.clip_ratio_high=4e-4"],
+        ["worker.actor.loss_type=sapo", "worker.actor.tau_positive=2", "worker.actor.tau_negative=3"],
+        ["worker.actor.clip_ratio_dual=4"],
+        ["worker.rollout.ignore_eos=true"],
+    ):
+        load_config([*base_args(files), *args])
+
+
+def test_a_cpu_judge_on_a_cuda_machine_is_refused_at_validation(files, monkeypatch):
+    """It was refused only once the data was read and Ray and the workers had started."""
+    from verl.trainer import config as trainer_config
+
+    monkeypatch.setattr(trainer_config, "is_cuda_available", lambda: True)
+    judge = [f"worker.reward.judge.model_path={files / 'model'}", "trainer.device=cuda"]
+    with pytest.raises(ConfigError, match=r"judge.num_gpus=0 runs the judge on the CPU, which the GPU build"):
+        load_config([*base_args(files), *judge])

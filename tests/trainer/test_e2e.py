@@ -623,13 +623,16 @@ def test_grpo_mamba_hybrid_trains_on_the_engines_log_probs(workspace):
     run_ppo(config)
     steps = [row for row in read_log(workspace["root"] / "falcon_h1") if "critic/score/mean" in row]
     assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
-    # the wait for the scores the log-prob passes did not hide is the reward's, not the advantage's
-    assert all(row["timing_s/reward"] > 1.0 and row["timing_s/adv"] < 1.0 for row in steps), steps
+    # the wait for the scores the log-prob passes did not hide is the reward's, not the advantage's (however long
+    # the passes take on a loaded machine, they and the reward's wait cover the function's 3 s)
+    overlapped = ("timing_s/reward", "timing_s/old", "timing_s/ref")
+    assert all(sum(row.get(key, 0.0) for key in overlapped) > 2.9 and row["timing_s/adv"] < 1.0 for row in steps)
     assert all(row["rollout_corr/k3_kl"] < 1e-6 and row["rollout_corr/is_ratio_max"] < 1.001 for row in steps), steps
 
 
 def test_online_filtering_and_remax(workspace):
-    """On a dense Qwen3 (q/k norms, no qkv bias; Qwen3-4B/8B's layout), every weight sync checked."""
+    """On a dense Qwen3 (q/k norms, no qkv bias; Qwen3-4B/8B's layout), every weight sync checked; the engine's
+    log-probs asked for without a correction: the engine-trainer mismatch is logged (it was computed and dropped)."""
     parity = workspace["root"] / "parity.py"
     parity.write_text("def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n")
     qwen3 = get_or_build_tiny_model("qwen3", str(workspace["root"] / "models"))
@@ -639,6 +642,7 @@ def test_online_filtering_and_remax(workspace):
             "remax_filtered",
             f"worker.actor.model.model_path={qwen3}",
             "worker.rollout.verify_weight_sync=true",
+            "worker.rollout.calculate_log_probs=true",
             "algorithm.adv_estimator=remax",
             "algorithm.disable_kl=true",
             "algorithm.online_filtering=true",
@@ -655,6 +659,8 @@ def test_online_filtering_and_remax(workspace):
     assert steps[-1]["critic/score/mean"] == pytest.approx(0.5)
     assert "online_filtering/kept_ratio" in steps[-1]
     assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
+    assert all(0 <= row["rollout_corr/k3_kl"] < 1e-4 and abs(row["rollout_corr/log_ppl_diff"]) < 1e-2 for row in steps)
+    assert not any("rollout_corr/is_ratio_mean" in row for row in steps)  # no correction
 
 
 def saved_optimizer_steps(actor_dir) -> set[float]:

@@ -16,6 +16,7 @@ from processes import start_run_in_a_group
 
 from tests.model_folders import config_only_model
 from verl.models.tiny_models import get_or_build_tiny_model
+from verl.trainer import preemption
 from verl.trainer.checkpointing import CheckpointTracker, is_complete
 from verl.trainer.preemption import StopRequest, TrainingInterrupted, stop_the_fit_loop
 
@@ -113,7 +114,7 @@ def test_sigterm_to_the_group_a_driver_leads_saves_and_exits_at_once(tmp_path):
     start = time.monotonic()
     _, stderr = run.communicate(timeout=300)
     assert run.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    assert time.monotonic() - start < 60, stderr[-3000:]
+    assert time.monotonic() - start < preemption.TEARDOWN_S + 60, stderr[-3000:]  # not Ray's minutes
     stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM")]
     assert stopped, stderr[-3000:]
     if "checkpoint saved to" in stopped[0]:
@@ -156,7 +157,7 @@ def test_sigkill_of_the_driver_leaves_no_process_of_the_run(tmp_path):
     assert any("raylet" in " ".join(p.cmdline()) for p in run)
     proc.kill()
     proc.communicate()
-    _, alive = psutil.wait_procs(run, timeout=15)
+    _, alive = psutil.wait_procs(run, timeout=40)  # the reaper: its last look, SIGTERM, its grace, SIGKILL
     assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
 
 
@@ -276,8 +277,9 @@ def starting(config, *args):
     raylet = [p for p in psutil.Process().children(recursive=True) if "raylet" in p.name()][0]
     ignored = int(open(f"/proc/{raylet.pid}/status").read().split("SigIgn:")[1].split()[0], 16)
     print("raylet ignores SIGHUP:", bool(ignored & (1 << (signal.SIGHUP - 1))), flush=True)
+    print("signalled at:", time.monotonic(), flush=True)  # (the clock is the machine's, the same in the test)
     os.kill(os.getpid(), getattr(signal, sys.argv[1]))
-    time.sleep(120)
+    time.sleep(600)
 
 runner._train = starting
 from verl.trainer.main import main
@@ -303,7 +305,6 @@ def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_pat
         "trainer.n_gpus_per_node=2",
     ]
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", START_THEN_SIGNAL, name, *args], capture_output=True, text=True, env=env, timeout=240
     )
@@ -312,7 +313,8 @@ def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_pat
     assert f"Stopped by {name} outside the training loop" in result.stderr
     assert "raylet ignores SIGHUP: True" in result.stdout
     assert "SIGABRT" not in result.stderr and "*** " not in result.stderr  # no C++ stack dump
-    assert time.monotonic() - start < 120
+    signalled = float(result.stdout.split("signalled at:")[1].split()[0])
+    assert time.monotonic() - signalled < 60  # the sleep after the signal was cut short
 
 
 def test_a_signal_while_the_run_stops_exits_at_once():

@@ -15,18 +15,39 @@ import psutil
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A stand-in for the trainer: it starts the reaper as the runner does, then a tree like Ray's (a child with its own
 # child in a new session, as Ray's agents are, and one that ignores SIGTERM), prints the pids and waits.
-DRIVER = """
-import json, subprocess, sys, time
+IGNORES = """
+def ignores(pid, signum):  # the signal's bit in the process's mask of ignored signals (Linux)
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(line for line in status if line.startswith("SigIgn:")).split()[1]
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+def wait_until(condition, what):  # a condition, not a fixed sleep: a loaded machine starts processes slowly
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+"""
+DRIVER = (
+    """
+import json, signal, subprocess, sys, time
+import psutil
 from verl.trainer.reaper import start_reaper
+"""
+    + IGNORES
+    + """
 reaper = start_reaper(interval=0.2, grace=1.0)
 sleeper = "import time; time.sleep(600)"
 stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 spawner = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {sleeper!r}], start_new_session=True); time.sleep(600)"
 children = [subprocess.Popen([sys.executable, "-c", code]) for code in (spawner, stubborn)]
-time.sleep(1.5)  # the spawner's child has started and the reaper has looked at the tree
+others = lambda: [p for p in psutil.Process().children(recursive=True) if p.pid != reaper.pid]
+wait_until(lambda: len(others()) == 3, "the spawner's child did not start")
+wait_until(lambda: ignores(reaper.pid, signal.SIGTERM), "the reaper did not start watching")  # set just before
+time.sleep(2.0)  # ten of the reaper's looks at the tree
 print(json.dumps({"reaper": reaper.pid}), flush=True)
 time.sleep(600)
 """
+)
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -57,10 +78,9 @@ def test_a_killed_driver_leaves_nothing_running():
 def test_the_reaper_ignores_ctrl_c_and_exits_after_its_driver():
     code = (
         "import json, signal, time\n"
-        "from verl.trainer.reaper import start_reaper\n"
-        "reaper = start_reaper(interval=0.1, grace=0.5)\n"
+        "from verl.trainer.reaper import start_reaper\n" + IGNORES + "reaper = start_reaper(interval=0.1, grace=0.5)\n"
         "print(json.dumps({'reaper': reaper.pid}), flush=True)\n"
-        "time.sleep(1.0)\n"
+        "wait_until(lambda: ignores(reaper.pid, signal.SIGINT), 'the reaper did not start')\n"
         "reaper.send_signal(signal.SIGINT)  # Ctrl-C reaches the whole process group; the driver handles it\n"
         "time.sleep(0.5)\n"
         "assert reaper.poll() is None, 'the reaper died of SIGINT'\n"

@@ -63,22 +63,43 @@ PolicyLossFn = Callable[[PolicyLossInputs], PolicyLossTerms]
 
 _POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 _POLICY_LOSS_AVG_MODES: dict[str, str] = {}
+_POLICY_LOSS_OPTIONS: dict[str, tuple[str, ...]] = {}
+
+POLICY_LOSS_OPTIONS: tuple[str, ...] = (
+    "clip_ratio_low",
+    "clip_ratio_high",
+    "clip_ratio_dual",
+    "tau_positive",
+    "tau_negative",
+)
+"""The actor keys a policy loss may read (the `PolicyLossInputs` settings)."""
+
+_CLIP = ("clip_ratio_low", "clip_ratio_high")
 
 
-def register_policy_loss(name: str, *, loss_avg_mode: str | None = None) -> Callable[[PolicyLossFn], PolicyLossFn]:
+def register_policy_loss(
+    name: str, *, loss_avg_mode: str | None = None, options: tuple[str, ...] = POLICY_LOSS_OPTIONS
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Register a policy loss under `name` (a value of `actor.loss_type`).
     `loss_avg_mode`, if the loss is defined with one, becomes its default `actor.loss_avg_mode` (another one logs a
-    warning at validation)."""
+    warning at validation). `options`: the POLICY_LOSS_OPTIONS it reads (all, unless told): another one set away
+    from its default is refused at validation, as it would be dropped silently."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in _POLICY_LOSSES:
             raise ValueError(f"Policy loss {name!r} is already registered; pick another name.")
         _POLICY_LOSSES[name] = fn
+        _POLICY_LOSS_OPTIONS[name] = options
         if loss_avg_mode is not None:
             _POLICY_LOSS_AVG_MODES[name] = loss_avg_mode
         return fn
 
     return decorator
+
+
+def policy_loss_options(loss_type: str) -> tuple[str, ...]:
+    """The POLICY_LOSS_OPTIONS the registered loss `loss_type` reads."""
+    return _POLICY_LOSS_OPTIONS.get(loss_type, POLICY_LOSS_OPTIONS)
 
 
 def registered_policy_losses() -> tuple[str, ...]:
@@ -106,7 +127,7 @@ def _clipped_surrogate(ratio: torch.Tensor, x: PolicyLossInputs) -> tuple[torch.
     return loss_mat, (x.advantages > 0) & (ratio > high), (x.advantages < 0) & (ratio < low)
 
 
-@register_policy_loss("default")
+@register_policy_loss("default", options=(*_CLIP, "clip_ratio_dual"))
 def _ppo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     """PPO clip with clip-higher, plus the dual clip min(l, -A C) where A < 0."""
     ratio = _token_ratio(x)
@@ -129,15 +150,15 @@ def _gspo_loss(x: PolicyLossInputs, per_token_gradient: bool) -> PolicyLossTerms
 
 
 # the paper's objective averages each sequence's tokens, then the sequences (verl forces this aggregation too)
-register_policy_loss("gspo", loss_avg_mode="seq-mean-token-mean")(
+register_policy_loss("gspo", loss_avg_mode="seq-mean-token-mean", options=_CLIP)(
     functools.partial(_gspo_loss, per_token_gradient=False)
 )
-register_policy_loss("gspo_token", loss_avg_mode="seq-mean-token-mean")(
+register_policy_loss("gspo_token", loss_avg_mode="seq-mean-token-mean", options=_CLIP)(
     functools.partial(_gspo_loss, per_token_gradient=True)
 )
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", options=_CLIP)
 def _cispo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     ratio = _token_ratio(x)
     low, high = 1.0 - x.clip_ratio_low, 1.0 + x.clip_ratio_high
@@ -145,13 +166,13 @@ def _cispo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     return PolicyLossTerms(loss_mat, ratio > high, ratio < low)
 
 
-@register_policy_loss("sapo", loss_avg_mode="seq-mean-token-mean")
+@register_policy_loss("sapo", loss_avg_mode="seq-mean-token-mean", options=("tau_positive", "tau_negative"))
 def _sapo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     tau = torch.where(x.advantages > 0, x.tau_positive, x.tau_negative)
     return PolicyLossTerms(-x.advantages * (4.0 / tau) * torch.sigmoid(tau * (_token_ratio(x) - 1.0)))
 
 
-@register_policy_loss("geo_mean", loss_avg_mode="seq-mean-token-mean")
+@register_policy_loss("geo_mean", loss_avg_mode="seq-mean-token-mean", options=_CLIP)
 def _geo_mean_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     """GMPO (arXiv 2507.20673; verl's geo_mean): -A s, with s the geometric mean of the sequence's token ratios, each
     log-ratio clipped to [-eps_l, eps_h] on the pessimistic side for its advantage's sign, broadcast over the

@@ -457,7 +457,8 @@ class TrainerConfig(BaseTrainerConfig):
     save_model_only: bool = False
     """Save only the model weights, not the optimizer and trainer state."""
     ray_timeline: str | None = None
-    """A JSON file the run's Ray timeline is written to when it ends (also after an error): every remote call of the
+    """A JSON file the run's Ray timeline is written to when it ends (also after an error, once Ray has started,
+    the workers' start included): every remote call of the
     driver and the workers, for chrome://tracing or ui.perfetto.dev. A Ray the run starts records it; a Ray joined
     through RAY_ADDRESS must have been started with RAY_PROFILING=1. None records nothing."""
 
@@ -658,13 +659,33 @@ def load_config(argv: list[str]) -> PPOConfig:
     return config
 
 
+_CORRECTION_OPTIONS = ("is_cap", "mask_low", "mask_high", "seq_low", "seq_high", "geo_low", "geo_high")
+_CORRECTION_MODE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "bypass": (),
+    "tis": ("is_cap",),
+    "seq_is": ("is_cap",),
+    "decoupled": ("is_cap",),
+    "seq_mis": ("is_cap", "seq_low", "seq_high"),
+    "icepop": ("mask_low", "mask_high"),
+    "geo_rs": ("geo_low", "geo_high"),
+}
+"""The options of algorithm.rollout_correction each built-in mode reads."""
+
+
 def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     """(keys or key prefixes, why the run does not read them) for the features this config leaves off."""
     algorithm, worker, trainer = config.algorithm, config.worker, config.trainer
     inactive: list[tuple[tuple[str, ...], str]] = []
     if not _algorithms().estimator_needs_critic(algorithm.adv_estimator):
         inactive.append((("worker.critic.",), f"algorithm.adv_estimator={algorithm.adv_estimator} trains no critic"))
-    kl = ("algorithm.kl_coef", "algorithm.kl_type", "algorithm.kl_target", "algorithm.kl_horizon")
+    kl = (
+        "algorithm.kl_coef",
+        "algorithm.kl_type",
+        "algorithm.kl_target",
+        "algorithm.kl_horizon",
+        "algorithm.kl_penalty",
+    )
     if algorithm.disable_kl:
         inactive.append((("worker.ref.", *kl), "algorithm.disable_kl=true builds no reference model and no KL term"))
     elif worker.actor.model.lora.rank > 0:
@@ -672,7 +693,12 @@ def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
             (("worker.ref.fsdp.", "worker.ref.offload."), "with LoRA the reference is the actor, adapters off")
         )
     if not algorithm.disable_kl and algorithm.kl_type == "fixed":
-        inactive.append((kl[2:], "algorithm.kl_type=fixed"))
+        inactive.append((kl[2:4], "algorithm.kl_type=fixed"))
+    correction = algorithm.rollout_correction
+    reads = _CORRECTION_MODE_OPTIONS.get(correction.mode)
+    if reads is not None:  # (a mode from a file takes them all)
+        unread = [f"algorithm.rollout_correction.{key}" for key in _CORRECTION_OPTIONS if key not in reads]
+        inactive.append((tuple(unread), f"algorithm.rollout_correction.mode={correction.mode}"))
     if not algorithm.online_filtering:
         keys = ("algorithm.filter_key", "algorithm.filter_low", "algorithm.filter_high", "trainer.max_try_make_batch")
         inactive.append((keys, "algorithm.online_filtering=false"))
@@ -791,6 +817,11 @@ def check_cross_section(config: PPOConfig) -> None:
             f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
             f"worker.rollout.max_model_len={rollout.max_model_len} {where}, where the engine prefills a prompt in "
             "one step: raise max_num_batched_tokens or lower max_model_len."
+        )
+    if algorithm.mask_truncated_responses and rollout.ignore_eos:
+        raise ConfigError(
+            "algorithm.mask_truncated_responses=true with worker.rollout.ignore_eos=true: every response then runs to "
+            "the length budget and counts as cut, so the actor would learn from none; drop one of the two."
         )
     if algorithm.ref_sync_steps > 0 and worker.actor.model.lora.rank > 0:
         raise ConfigError(
@@ -1031,6 +1062,12 @@ def _check_engine_heads(config: PPOConfig, on_cpu: bool, model_config: dict[str,
     if on_cpu:
         _check_cpu_head_size(key, path, model_config)
     judge = config.worker.reward.judge
+    if judge.enabled and judge.num_gpus == 0 and is_cuda_available():
+        raise ConfigError(
+            "worker.reward.judge.num_gpus=0 runs the judge on the CPU, which the GPU build of vLLM cannot do: give it "
+            "a GPU that no worker pool takes (e.g. trainer.n_gpus_per_node=7 of 8 and worker.reward.judge.num_gpus=1, "
+            "or a share such as 0.25 with worker.reward.judge.gpu_memory_utilization=0.2)."
+        )
     if judge.enabled and judge.num_gpus == 0:
         _check_cpu_head_size("worker.reward.judge.model_path", judge.model_path)
     if judge.enabled and judge.num_gpus > 0 and not is_cuda_available():  # Ray would wait for a GPU forever

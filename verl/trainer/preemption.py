@@ -165,33 +165,39 @@ def stop_the_fit_loop(cause: str) -> bool:
     request.exit_at_once = True
     if not request.requested:
         request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
-    elif request.cause is None and os.getpgrp() == os.getpid():  # the signal to this group reached Ray's daemons too
-        _exit_if_the_step_hangs(request, TEARDOWN_S)
+    else:
+        daemons_ended_with_the_signal()
     return True
 
 
-def _exit_if_the_step_hangs(request: StopRequest, after_s: float) -> None:
-    """Exit with the signal's status if the fit loop has not stopped `after_s` seconds from now: the control store
-    ended with the signal (a driver leading its process group shares it with Ray's daemons), and a step that needs
-    it never finishes; Ray itself would end the process minutes later with exit status 1 and no word of the run."""
+def daemons_ended_with_the_signal() -> bool:
+    """Ray's daemons (control store, raylet) ended: where a signal's stop is under way in a driver that leads its
+    process group, the signal reached them too (they share the group), and a step in flight that needs them never
+    finishes (Ray itself ends the process minutes later, exit status 1, with no word of the run). Exit with the
+    signal's status, saying nothing was saved, if the loop has not stopped TEARDOWN_S from now. True once armed."""
+    request = _fit_loops[-1] if _fit_loops else None
+    if request is None or not request.requested or request.cause is not None or os.getpgrp() != os.getpid():
+        return False
+    request.exit_at_once = True
 
     def exit_now() -> None:
         if request.stopped:  # the loop stopped (and exits at once): nothing to add
             return
         name = signal.Signals(request.signum).name
         print(
-            f"Stopped by {name} during a step that could not finish: Ray's control store ended with the signal "
-            f"(this driver leads its process group, which Ray's daemons share; start it from a launcher, or send "
-            f"the signal to the driver alone, and it saves the step). The checkpoints on disk are as they were. "
-            "Run the same command again to resume.",
+            f"Stopped by {name} during a step that could not finish: Ray's daemons ended with the signal (this "
+            "driver leads its process group, which they share; start it from a launcher, or send the signal to the "
+            "driver alone, and it saves the step). The checkpoints on disk are as they were. Run the same command "
+            "again to resume.",
             file=sys.stderr,
             flush=True,
         )
         os._exit(128 + request.signum)
 
-    timer = threading.Timer(after_s, exit_now)
+    timer = threading.Timer(TEARDOWN_S, exit_now)
     timer.daemon = True
     timer.start()
+    return True
 
 
 def exit_if_stopped(why: str) -> None:

@@ -19,7 +19,7 @@ import ray
 
 from verl.trainer import warm_workers
 from verl.trainer.config import PPOConfig
-from verl.trainer.preemption import exit_if_stopped, stop_the_fit_loop
+from verl.trainer.preemption import daemons_ended_with_the_signal, exit_if_stopped, stop_the_fit_loop
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
 from verl.utils.worker_setup import WORKER_SETUP_HOOK
@@ -206,18 +206,24 @@ _watched_store: dict[str, int | None] = {"pid": None}
 def watch_control_store(poll_s: float = 1.0) -> None:
     """Watch the control store (gcs_server) of the Ray this process started. Where it dies alone (killed, out of
     memory) the workers go on, but Ray ends every process of the run GCS_LOSS_ENV seconds later, saving nothing: the
-    fit loop that runs then is asked to stop after its step and save, as on SIGTERM."""
-    gcs = None
+    fit loop that runs then is asked to stop after its step and save, as on SIGTERM. Its raylet too: where it ends
+    with a signal to the process group the driver leads, the step in flight may never finish
+    (`preemption.daemons_ended_with_the_signal`)."""
+    daemons = {}
     for process in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            gcs = process if process.name() == "gcs_server" else gcs
+            daemons.setdefault(process.name(), process)
+    gcs, raylet = daemons.get("gcs_server"), daemons.get("raylet")
     if gcs is None:
         return
     _watched_store["pid"] = gcs.pid  # a later Ray of this process (a sweep) replaces the one watched
 
     def watch() -> None:
+        armed = raylet is None
         with contextlib.suppress(psutil.NoSuchProcess):
             while gcs.status() != psutil.STATUS_ZOMBIE:
+                if not armed and not _running(raylet):  # with a signal to the group the driver leads (Ray's own)
+                    armed = daemons_ended_with_the_signal()
                 time.sleep(poll_s)
         if _watched_store["pid"] != gcs.pid or not ray.is_initialized():  # (ray.shutdown disconnects first)
             return
@@ -234,6 +240,13 @@ def watch_control_store(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="control-store-watch", daemon=True).start()
 
 
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -242,8 +255,15 @@ def write_timeline(path: str) -> None:
     """Write Ray's timeline (`ray.timeline`: every remote call's phases, per process) as a Chrome trace to `path`,
     once the workers' last events have been reported; a failure is a warning (the run's checkpoints are saved)."""
     try:
-        time.sleep(int(os.environ.get(TASK_EVENTS_ENV, TASK_EVENTS_INTERVAL_MS)) / 1000 + 0.5)
-        events = ray.timeline()
+        interval = int(os.environ.get(TASK_EVENTS_ENV, TASK_EVENTS_INTERVAL_MS)) / 1000 + 0.5
+        events: list | None = None
+        for _ in range(10):  # until a report interval adds nothing (a loaded machine's workers report late)
+            time.sleep(interval)
+            latest = ray.timeline()
+            if events is not None and len(latest) == len(events):
+                break
+            events = latest
+        events = latest
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             json.dump(events, f)

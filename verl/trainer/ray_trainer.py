@@ -168,6 +168,8 @@ class RayPPOTrainer:
             self.needs_old_log_probs = False
         elif self.correction.mode != "none":  # the correction compares recomputed and engine log-probs
             self.needs_old_log_probs = True
+        elif config.worker.rollout.mode == "sync" and config.worker.rollout.calculate_log_probs:
+            self.needs_old_log_probs = True  # asked for: the engine-trainer mismatch is logged
         self.model_fingerprint = weights_fingerprint(config.worker.actor.model.model_path)  # the weights started from
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
         self.entropy_ctrl = None
@@ -377,6 +379,9 @@ class RayPPOTrainer:
                 batch.union(wg.compute_log_probs(batch))
         if self.correction.mode != "none":
             self._correct_off_policy(batch, metrics)
+        elif all(key in batch.batch.keys() for key in ("rollout_log_probs", "old_log_probs")):  # the mismatch alone
+            old, engine = batch.batch["old_log_probs"], batch.batch["rollout_log_probs"]
+            append_metrics(metrics, rollout_correction.mismatch_metrics(old, engine, batch.batch["response_mask"]))
         if self.use_reference:
             with timer("ref", timing_raw):
                 batch.union(wg.compute_ref_log_probs(batch))

@@ -357,6 +357,8 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
                 workers.shutdown()
                 raise SetupError(str(err)) from None
     except BaseException:
+        if config.trainer.ray_timeline:  # a start that failed or hung is where the timeline helps most
+            write_timeline(config.trainer.ray_timeline)
         _release(reward_fn, judge)
         raise
     trainer_config = config.trainer

@@ -26,7 +26,9 @@ class OptimConfig:
     weight_decay: float = 1e-2
     """AdamW decoupled weight decay."""
     strategy: str = "adamw"
-    """adamw (fp32 states) or adamw_bf16 (bf16 parameters and states, for pure-bf16 training on GPU)."""
+    """adamw (states in the parameters' dtype: fp32 unless fsdp.torch_dtype says otherwise) or adamw_bf16 (bf16
+    moments, EasyR1's AnyPrecisionAdamW: half the states' memory; with fsdp.torch_dtype=bf16 the pure-bf16 training
+    whose updates are Kahan-compensated)."""
     lr_warmup_ratio: float = 0.0
     """Fraction of the training steps spent in linear warmup."""
     lr_warmup_steps: int | None = None
@@ -53,10 +55,13 @@ class OptimConfig:
                 raise ConfigError(f"{prefix}{name} is a fraction and must lie in [0, 1], got {value}.")
 
 
+_MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
 class BF16AdamW(torch.optim.Optimizer):
-    """AdamW with moments in the parameter dtype and Kahan-compensated updates: the previous step's rounding error is
-    added back (a `compensation` buffer), else a bf16 weight near 1 cannot move by less than 2^-8 and RL's small
-    steps round away. Works on plain tensors and FSDP2 DTensors."""
+    """AdamW with bf16 moments. A bf16 parameter's updates are Kahan-compensated: the previous step's rounding error
+    is added back (a `compensation` buffer), else a weight near 1 cannot move by less than 2^-8 and RL's small steps
+    round away; an fp32 parameter needs none. Works on plain tensors and FSDP2 DTensors."""
 
     def __init__(
         self,
@@ -82,18 +87,27 @@ class BF16AdamW(torch.optim.Optimizer):
                 if param.grad is None:
                     continue
                 state = self.state[param]
+                compensated = param.dtype != torch.float32
                 if not state:
                     state["step"] = torch.tensor(0.0)
-                    state.update({key: torch.zeros_like(param) for key in ("exp_avg", "exp_avg_sq", "compensation")})
+                    state.update({key: torch.zeros_like(param, dtype=torch.bfloat16) for key in _MOMENTS})
+                    if compensated:
+                        state["compensation"] = torch.zeros_like(param)
+                for key in _MOMENTS:  # a loaded state dict comes in the parameter's dtype (torch's load_state_dict)
+                    if state[key].dtype != torch.bfloat16:
+                        state[key] = state[key].to(torch.bfloat16)
                 state["step"] += 1
                 step = state["step"].item()
-                grad = param.grad.to(param.dtype)
+                grad = param.grad.to(torch.bfloat16)
                 state["exp_avg"].mul_(beta1).add_(grad, alpha=1.0 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
                 exp_avg = state["exp_avg"].float() / (1.0 - beta1**step)
                 denom = (state["exp_avg_sq"].float() / (1.0 - beta2**step)).sqrt_().add_(group["eps"])
                 master = param.float()
                 update = exp_avg.div_(denom).add_(master, alpha=group["weight_decay"]).mul_(-group["lr"])
+                if not compensated:
+                    param.add_(update)
+                    continue
                 update.add_(state["compensation"].float())
                 new_param = (master + update).to(param.dtype)
                 state["compensation"].copy_(update.sub_(new_param.float() - master))

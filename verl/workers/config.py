@@ -8,7 +8,7 @@ Rules that tie the workers to the data, the algorithm or the cluster are `verl.t
 """
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from verl.models.config import (
@@ -100,11 +100,13 @@ class RewardModelConfig:
         require_non_negative(self, prefix, "n_gpus_per_node")
         require_positive(self, prefix, "nnodes")
         require_finite(self, prefix, "weight")
-        if not self.model_path:
-            if self.n_gpus_per_node > 0:
+        if not self.model_path:  # settings of a reward model, set without one, would do nothing
+            unset = RewardModelConfig()
+            changed = [f"{prefix}{f.name}" for f in fields(self) if getattr(self, f.name) != getattr(unset, f.name)]
+            if changed:
                 raise ConfigError(
-                    f"{prefix}n_gpus_per_node is set but {prefix}model_path is not; give the reward model or leave "
-                    "its pool at 0."
+                    f"{', '.join(changed)} set(s) the reward model, and {prefix}model_path is unset (no reward "
+                    f"model): set {prefix}model_path, or remove them."
                 )
             return
         require_positive(self, prefix, "max_length", "micro_batch_size")
@@ -223,6 +225,11 @@ class RewardConfig:
         require_choice(self, prefix, "run_in", RUN_IN)
         require_finite(self, prefix, "rule_weight")
         self.model.validate(f"{prefix}model.")
+        if self.rule_weight != 1.0 and not (self.model.model_path or self.judge.enabled):
+            raise ConfigError(
+                f"{prefix}rule_weight={self.rule_weight} weighs the rule-based functions against a reward model or a "
+                f"judge, and this run has neither: remove the key (scale the reward in your function instead)."
+            )
         unknown = sorted(set(self.routes_kwargs) - set(self.routes))
         if unknown:
             raise ConfigError(

@@ -154,6 +154,7 @@ class ActorConfig:
         except ValueError as err:
             raise ConfigError(str(err)) from None
         require_algorithm(self, prefix, "loss_type", "policy_loss", core_algos.registered_policy_losses())
+        self._check_loss_options(prefix)
         defined = core_algos.policy_loss_avg_mode(self.loss_type)
         if defined is not None and self.loss_avg_mode is not None and self.loss_avg_mode != defined:
             logger.warning(  # a policy loss defined with its own aggregation (sapo) may use another one
@@ -164,6 +165,23 @@ class ActorConfig:
                 defined,
                 prefix,
                 self.loss_avg_mode,
+            )
+
+    def _check_loss_options(self, prefix: str) -> None:
+        """An option the policy loss does not read would be dropped silently: refuse it unless it holds its default
+        (the estimators' options are checked alike)."""
+        from verl.algorithms.policy_losses import POLICY_LOSS_OPTIONS, policy_loss_options
+
+        reads, defaults = policy_loss_options(self.loss_type), ActorConfig()
+        unread = [
+            f"{prefix}{key}={getattr(self, key)}"
+            for key in POLICY_LOSS_OPTIONS
+            if key not in reads and getattr(self, key) != getattr(defaults, key)
+        ]
+        if unread:
+            raise ConfigError(
+                f"{prefix}loss_type={self.loss_type} does not read {', '.join(unread)} (it reads "
+                f"{', '.join(reads) or 'none of them'}): remove the key, or choose the loss that takes it."
             )
 
     def check_files(self, prefix: str) -> None:
