@@ -1180,7 +1180,7 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
         f"worker.reward.model.model_path={rm} worker.reward.model.max_length=0": "'worker.reward.model.max_length' must be positive",
         f"worker.reward.model.model_path={rm} worker.reward.model.max_length=1": "max_length=1 must be at least 2 tokens",
         f"worker.reward.model.model_path={rm} worker.reward.model.nnodes=0": "'worker.reward.model.nnodes' must be positive",
-        "worker.reward.model.n_gpus_per_node=2": "worker.reward.model.model_path is not",
+        "worker.reward.model.n_gpus_per_node=2": "worker.reward.model.model_path is unset (no reward model)",
         f"worker.reward.model.model_path={rm} worker.reward.model.n_gpus_per_node=4 worker.reward.model.fsdp.fsdp_size=3": (
             "worker.reward.model.fsdp.fsdp_size=3 must divide the 4 devices (worker.reward.model.nnodes x "
         ),
