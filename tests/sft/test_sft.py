@@ -287,6 +287,26 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "worker.model.attn_implementation=flash_attention_2", "trainer.device=cpu"])
 
 
+def test_a_setting_sft_leaves_off_is_warned_about(tmp_path, caplog) -> None:
+    """LoRA's alpha at rank 0, a validation batch size without validation files: accepted and never read, with no
+    word (RL warned of them; SFT did not)."""
+    from verl.sft.config import load_sft_config
+
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    base = [f"data.train_files={tmp_path / 'train.jsonl'}", "worker.model.model_path=Qwen/Qwen2-0.5B"]
+    with caplog.at_level(logging.WARNING):
+        load_sft_config([*base, "worker.model.lora.alpha=16", "data.val_batch_size=8"])
+    warnings = [record.getMessage() for record in caplog.records if "has no effect" in record.getMessage()]
+    assert warnings == [
+        "worker.model.lora.rank=0 (LoRA off): worker.model.lora.alpha=16 has no effect in this run.",
+        "data.val_files is empty: data.val_batch_size=8 has no effect in this run.",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # read: no word
+        load_sft_config([*base, "worker.model.lora.rank=8", "worker.model.lora.alpha=16"])
+    assert "has no effect" not in caplog.text
+
+
 def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_path) -> None:
     """trainer.load_checkpoint_path and trainer.find_last_checkpoint as in RL: a checkpoint of another model, of
     another LoRA setting, or an interrupted save is one error naming SFT's keys (the latter two used to fail in the

@@ -30,6 +30,7 @@ from verl.utils.config import (
     require_positive,
     require_seed,
     set_keys,
+    warn_inactive_settings,
 )
 from verl.utils.device import is_cuda_available
 from verl.utils.hub import offline_unless_reachable
@@ -205,4 +206,15 @@ def load_sft_config(argv: list[str]) -> SFTConfig:
     trainer.fill_checkpoint_path()
     offline_unless_reachable(config)  # before validation reads a Hub id's cached config (huggingface_hub's import)
     validate_sft_config(config)
+    warn_inactive_settings(config, SFTConfig(), sources, _inactive_settings(config))
     return config
+
+
+def _inactive_settings(config: SFTConfig) -> list[tuple[tuple[str, ...], str]]:
+    """(keys or key prefixes, why the run does not read them) for the features this config leaves off."""
+    inactive: list[tuple[tuple[str, ...], str]] = []
+    if config.worker.model.lora.rank == 0:
+        inactive.append((("worker.model.lora.",), "worker.model.lora.rank=0 (LoRA off)"))
+    if not config.data.val_files:
+        inactive.append((("data.val_batch_size", "trainer.val_freq"), "data.val_files is empty"))
+    return inactive

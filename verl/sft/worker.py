@@ -39,6 +39,7 @@ from verl.workers.actor.forward import (
     global_loss_counts,
     make_micro_batches,
     packing_is_exact,
+    packing_obstacle,
     process_multi_modal_inputs,
 )
 
@@ -73,6 +74,8 @@ class SFTWorker(Worker):
         self.optimizer = build_optimizer(self.module, optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, optim)
         self.padding_free = config.padding_free and packing_is_exact(self.module)
+        if config.padding_free and not self.padding_free and dist.get_rank() == 0:
+            logger.warning("worker.padding_free is set but %s; running padded rows.", packing_obstacle(self.module))
         self.head = functools.partial(token_head(False), temperature=1.0, with_entropy=False)
         """Log-probs of the labels from the logits, at temperature 1."""
         self.checkpoint_manager = FSDPCheckpointManager(

@@ -15,11 +15,10 @@ that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the
 """
 
 import copy
-import dataclasses
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -56,6 +55,7 @@ from verl.utils.config import (
     require_seed,
     require_writable_dir,
     set_keys,
+    warn_inactive_settings,
 )
 from verl.utils.device import is_cuda_available
 from verl.utils.hub import offline_unless_reachable
@@ -655,7 +655,7 @@ def load_config(argv: list[str]) -> PPOConfig:
     config = fill_derived(merge_config(PPOConfig, sources))
     offline_unless_reachable(config)  # before validation reads a Hub id's cached config (huggingface_hub's import)
     validate_config(config)
-    warn_inactive_settings(config, sources)
+    warn_inactive_settings(config, PPOConfig(), sources, _inactive_settings(config))
     return config
 
 
@@ -717,42 +717,6 @@ def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     if worker.rollout.mode != "disaggregated":
         inactive.append((("worker.rollout.weight_bucket_mb",), f"worker.rollout.mode={worker.rollout.mode}"))
     return inactive
-
-
-def _set_keys(mapping: Mapping, prefix: str = "") -> Iterator[str]:
-    """The dotted keys a source sets (a free-form mapping's own key, not its entries)."""
-    for key, value in mapping.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and _is_section(path):
-            yield from _set_keys(value, f"{path}.")
-        else:
-            yield path
-
-
-def _is_section(path: str) -> bool:
-    node: Any = PPOConfig()
-    for part in path.split("."):
-        node = getattr(node, part, None)
-    return dataclasses.is_dataclass(node)
-
-
-def warn_inactive_settings(config: PPOConfig, sources: list[tuple[str, Mapping]]) -> None:
-    """A warning for each setting a source changes from its default that the run never reads (the critic's under a
-    critic-free estimator, online filtering's with it off, ...): the user meant something by it."""
-    default = PPOConfig()
-    given = dict.fromkeys(key for _, values in sources for key in _set_keys(values))
-    for keys, why in _inactive_settings(config):
-        unread = []
-        for key in given:
-            if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys):
-                continue
-            value, default_value = config, default
-            for part in key.split("."):
-                value, default_value = getattr(value, part, None), getattr(default_value, part, None)
-            if value != default_value:
-                unread.append(f"{key}={value}")
-        if unread:
-            logger.warning("%s: %s has no effect in this run.", why, ", ".join(unread))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ checked against the dataclass (a renamed field cannot leave a stale check behind
 import contextlib
 import dataclasses
 import difflib
+import logging
 import math
 import os
 import re
@@ -23,6 +24,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.utils.hub import hub_folder
+
+
+logger = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -538,3 +542,37 @@ def describe_fields(schema: type, prefix: str = "") -> list[tuple[str, str, str]
         else:
             rows.append((f"{prefix}{f.name}", type_name(hints[f.name]), docs.get(f.name, "")))
     return rows
+
+
+def _set_keys(mapping: Mapping, default: Any, prefix: str = "") -> Iterator[str]:
+    """The dotted keys a source sets (a free-form mapping's own key, not its entries); `default`: the config root."""
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value and dataclasses.is_dataclass(_node(default, path)):
+            yield from _set_keys(value, default, f"{path}.")
+        else:
+            yield path
+
+
+def _node(root: Any, path: str) -> Any:
+    for part in path.split("."):
+        root = getattr(root, part, None)
+    return root
+
+
+def warn_inactive_settings(
+    config: Any, default: Any, sources: list[tuple[str, Mapping]], inactive: list[tuple[tuple[str, ...], str]]
+) -> None:
+    """A warning for each setting a source changes from its `default` that the run never reads (the critic's under a
+    critic-free estimator, LoRA's at rank 0, ...): the user meant something by it. `inactive`: (keys or key prefixes
+    ending in ".", why the run does not read them)."""
+    given = dict.fromkeys(key for _, values in sources for key in _set_keys(values, default))
+    for keys, why in inactive:
+        unread = [
+            f"{key}={_node(config, key)}"
+            for key in given
+            if any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys)
+            and _node(config, key) != _node(default, key)
+        ]
+        if unread:
+            logger.warning("%s: %s has no effect in this run.", why, ", ".join(unread))
