@@ -154,6 +154,65 @@ def test_errors_have_openais_shape_with_the_http_status_as_code():
     assert error_body(RuntimeError("the engine died"))[1]["error"]["type"] == "server_error"
 
 
+def test_vllms_client_errors_keep_their_status_and_a_bad_request_is_never_a_500():
+    """A media URL that answers 404 (vLLM's 422) and a token id past the vocabulary's integer type (the tokenizer's
+    OverflowError) were 500s with a logged traceback."""
+    from vllm.exceptions import VLLMNotFoundError, VLLMUnprocessableEntityError
+
+    from verl.serve.server import error_body
+
+    status, body = error_body(VLLMUnprocessableEntityError("the image could not be fetched", parameter="image_url"))
+    assert status == 422 and body["error"]["param"] == "image_url"
+    assert error_body(VLLMNotFoundError("no such adapter"))[0] == 404
+    assert error_body(OverflowError("number too large to fit in target type"))[0] == 400
+
+
+def test_a_request_cannot_replace_the_chat_template():
+    """vLLM's server refuses it unless started to trust request templates; it ran any Jinja a client sent."""
+    body = request(chat_template_kwargs={"chat_template": "{{ 'INJECTED' }}"})
+    with pytest.raises(RequestError, match=r"'chat_template_kwargs.chat_template': a request cannot replace"):
+        check_request(body, "tiny")
+    assert check_request(request(chat_template_kwargs={"enable_thinking": False}), "tiny")
+
+
+def test_media_urls_in_every_form_vllm_reads_are_fetched_or_refused_on_the_request_thread(monkeypatch):
+    """The Responses API's `input_image` with a URL string, an untyped `image_url` part and `audio_url` went to the
+    engine thread, which fetched them while every request waited; a local file and a data URL that is not base64 were
+    500s from vLLM."""
+    from vllm.connections import global_http_connection
+
+    from verl.serve.chat import fetch_remote_media
+
+    fetched = []
+    monkeypatch.setattr(global_http_connection, "get_bytes", lambda url, **_: fetched.append(url) or b"\x89PNG")
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_image", "image_url": "https://example.com/a.png"},
+                {"image_url": {"url": "http://example.com/b.png"}},
+                {"type": "audio_url", "audio_url": {"url": "https://example.com/c.wav"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                {"type": "text", "text": "What is it?"},
+            ],
+        }
+    ]
+    fetch_remote_media(messages)
+    assert fetched == ["https://example.com/a.png", "http://example.com/b.png", "https://example.com/c.wav"]
+    parts = messages[0]["content"]
+    assert parts[0]["image_url"] == "data:image/*;base64,iVBORw==" and parts[1]["image_url"]["url"].startswith(
+        "data:image/*;base64,"
+    )
+    assert parts[2]["audio_url"]["url"].startswith("data:audio/*;base64,")
+    assert parts[3]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="  # already data: untouched
+    for url, message in (
+        ("file:///etc/passwd", "'image_url': 'file:///etc/passwd' is not served"),
+        ("data:image/png,abcd", "'image_url': a data URL must be base64-encoded"),
+    ):
+        with pytest.raises(RequestError, match=re.escape(message)):
+            fetch_remote_media([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}])
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [

@@ -5,6 +5,7 @@ SamplingParams as vLLM's server does, tool calls read by training's parser or fo
 """
 
 import json
+import logging
 import os
 import time
 import uuid
@@ -15,6 +16,9 @@ from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_c
 from verl.models.config import DTYPE_NAMES
 from verl.serve.engine_loop import EngineLoop
 from verl.serve.request_checks import SAMPLING_FIELDS, RequestError, check_options, parse, ranked, token_usage
+
+
+logger = logging.getLogger(__name__)
 
 
 CHAT_FIELDS = SAMPLING_FIELDS | {
@@ -34,6 +38,11 @@ def check_request(body: Any, served_name: str) -> Any:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects.")
     if request.n is not None and request.n < 1:
         raise RequestError(f"'n' must be >= 1, got {request.n}.")
+    if "chat_template" in (request.chat_template_kwargs or {}):  # vLLM's server refuses it unless told to trust it
+        raise RequestError(
+            "'chat_template_kwargs.chat_template': a request cannot replace the model's chat template; leave it out "
+            "(serve a model whose tokenizer has the template you want)."
+        )
     return request
 
 
@@ -200,15 +209,30 @@ class Reply:
 _REMOTE_MEDIA = {
     "image_url": ("image", "VLLM_IMAGE_FETCH_TIMEOUT"),
     "video_url": ("video", "VLLM_VIDEO_FETCH_TIMEOUT"),
+    "audio_url": ("audio", "VLLM_AUDIO_FETCH_TIMEOUT"),
 }
-"""Chat content parts vLLM fetches from a URL: (the media type's kind, vLLM's fetch timeout setting)."""
+"""Content-part keys vLLM fetches a URL of: (the media's kind, vLLM's fetch timeout setting). A part names its kind
+in `type` ("image_url"; the Responses API's "input_image"), or has the key alone (vLLM reads both); the URL is the
+key's `url`, or the key's own string value."""
+
+
+def _media_url(part: Any) -> tuple[str, str] | None:
+    """(the key holding a media URL, the URL) of a content part, or None."""
+    if not isinstance(part, dict):
+        return None
+    for key in _REMOTE_MEDIA:
+        media = part.get(key)
+        url = media.get("url") if isinstance(media, dict) else media
+        if isinstance(url, str):
+            return key, url
+    return None
 
 
 def fetch_remote_media(messages: Any) -> None:
-    """Turn the http(s) `image_url` and `video_url` parts of `messages` into data URLs of what they hold, fetched on
-    the calling (request) thread. vLLM would fetch them while rendering the prompt, on the engine thread, and every
-    other request would wait for the download (a slow host held all streams for as long as it took). A URL that
-    cannot be fetched is the request's error (400) naming it."""
+    """Turn the http(s) media URLs of `messages`' content parts into data URLs of what they hold, fetched on the
+    calling (request) thread. vLLM would fetch them while rendering the prompt, on the engine thread, and every other
+    request would wait for the download (a slow host held all streams for as long as it took). A URL that cannot be
+    fetched, a local file's (not served) and a data URL that is not base64 are the request's error (400) naming it."""
     import base64
 
     from vllm import envs
@@ -217,18 +241,48 @@ def fetch_remote_media(messages: Any) -> None:
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
-            kind = _REMOTE_MEDIA.get(part.get("type")) if isinstance(part, dict) else None
-            media = part.get(part["type"]) if kind else None
-            url = media.get("url") if isinstance(media, dict) else None
-            if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+            found = _media_url(part)
+            if found is None:
                 continue
+            key, url = found
+            kind, timeout = _REMOTE_MEDIA[key]
+            scheme = url.split(":", 1)[0].lower()
+            if scheme == "data":
+                if ";base64," not in url.split(",", 1)[0] + ",":
+                    raise RequestError(f"'{key}': a data URL must be base64-encoded (data:{kind}/...;base64,...).")
+                continue
+            if scheme not in ("http", "https"):
+                raise RequestError(
+                    f"'{key}': {url[:80]!r} is not served: send the {kind} as an http(s) URL or a base64 data URL."
+                )
             try:
                 data = global_http_connection.get_bytes(
-                    url, timeout=getattr(envs, kind[1]), allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS
+                    url, timeout=getattr(envs, timeout), allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS
                 )
             except Exception as error:
-                raise RequestError(f"the {kind[0]} {url} could not be fetched: {error}") from None
-            media["url"] = f"data:{kind[0]}/*;base64,{base64.b64encode(data).decode()}"
+                raise RequestError(f"the {kind} {url} could not be fetched: {error}") from None
+            fetched = f"data:{kind}/*;base64,{base64.b64encode(data).decode()}"
+            if isinstance(part[key], dict):
+                part[key]["url"] = fetched
+            else:
+                part[key] = fetched
+
+
+_warned: set[str] = set()
+
+
+def _warn_unheld(request: Any) -> None:
+    """Log once what a request with tools under tool_choice "auto" asks and the engine cannot hold it to (as vLLM's
+    server logs it): the reply held to response_format calls no tool; strict tools' arguments are not held."""
+    held = request.response_format is not None and request.response_format.type != "text"
+    strict = any(tool.function.strict for tool in request.tools)
+    for kind, asked, message in (
+        ("format", held, "response_format holds the reply from its first token, so the model calls no tool"),
+        ("strict", strict, "strict tools' arguments are not held to their schema (only a forced tool_choice's are)"),
+    ):
+        if asked and kind not in _warned:
+            _warned.add(kind)
+            logger.warning("A request with tools under tool_choice 'auto': %s (logged once).", message)
 
 
 DTYPES = {"auto": "auto", **DTYPE_NAMES}
@@ -315,6 +369,8 @@ class ChatEngine:
             )
         params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
         forced = forced_tool_calls(request)
+        if forced is None and tools is not None:
+            _warn_unheld(request)
         if forced is not None:  # the tools' schema, not response_format: that holds the answer after the calls
             params.structured_outputs = StructuredOutputsParams(json=forced[1])
         if tools is not None:  # as vLLM's tool parsers ask: a model may write its tool-call tags as special tokens

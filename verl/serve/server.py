@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -35,11 +36,18 @@ THREADS = 1024
 
 def error_body(error: Exception) -> tuple[int, dict[str, Any]]:
     """HTTP status and OpenAI error object of a failed request; vLLM's validation errors are 400s, as in its server."""
+    from vllm.exceptions import VLLMClientError, VLLMNotFoundError, VLLMUnprocessableEntityError
+
     param = getattr(error, "parameter", None)  # vLLM's validation errors name the field
     if isinstance(error, RequestError):
         status, kind = error.status, error.kind
-    else:
-        invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
+    elif isinstance(error, VLLMNotFoundError):
+        status, kind = 404, "NotFoundError"
+    elif isinstance(error, VLLMUnprocessableEntityError):  # e.g. a media URL that answers 404
+        status, kind = 422, "invalid_request_error"
+    else:  # OverflowError: a token id past the vocabulary's integer type
+        invalid = isinstance(error, (ValueError, TypeError, KeyError, OverflowError, VLLMClientError))
+        invalid = invalid or "Validation" in type(error).__name__
         status, kind = (400, "invalid_request_error") if invalid else (500, "server_error")
     return status, {"error": {"message": str(error), "type": kind, "param": param, "code": status}}
 
@@ -135,9 +143,12 @@ def make_app(engine: Any) -> Any:
     async def health() -> Response:  # as vLLM's server: 200, no body, while it serves
         return Response(status_code=200)
 
+    created = int(time.time())  # (OpenAI's Model object has it; clients that build one read it)
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": engine.name, "object": "model", "owned_by": "verl"}]}
+        model = {"id": engine.name, "object": "model", "created": created, "owned_by": "verl"}
+        return {"object": "list", "data": [model]}
 
     def route(check: Callable[..., tuple], complete: Callable, stream: Callable, named: bool = False) -> Callable:
         async def answer(request: Request) -> Any:
