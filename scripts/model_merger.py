@@ -288,13 +288,12 @@ def merge(
                 f"'{local_dir}' keeps its adapter config in huggingface/ (a checkpoint written before it moved out), "
                 "where a merged model would load as an adapter; pass --target_dir (another folder)."
             )
-    if _clear_earlier_export(target_dir, own=target_dir == os.path.abspath(default)):
-        _recorded(local_dir, target_dir)  # the checkpoint stays intact if this export then fails
     if adapter_config is None:
         for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
             if given:
                 raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop {flag}.")
-    with _staged(target_dir, own=target_dir == hf_dir) as out:
+    own = target_dir == os.path.abspath(default)  # the checkpoint's huggingface/ or adapter folder
+    with _staged(target_dir, own, replaced=_earlier_export(target_dir, own)) as out:
         if adapter_config is not None:
             merge_lora(local_dir, adapter_config, out, dtype, adapter_only, base_model, trust_remote_code)
         else:
@@ -303,17 +302,21 @@ def merge(
 
 
 @contextlib.contextmanager
-def _staged(target_dir: str, own: bool) -> Iterator[str]:
-    """The folder to export into: `target_dir`, or for the checkpoint's own huggingface/ (`own`) a hidden folder
-    beside it whose files replace huggingface/'s only once the export is whole. Written in place, a failed or
-    interrupted export (a full disk, Ctrl-C) left the step's config rewritten and unrecorded: the step read as
-    damaged, and the next run resumed from the step before it."""
+def _staged(target_dir: str, own: bool, replaced: list[str]) -> Iterator[str]:
+    """The folder to export into: `target_dir`, or for the checkpoint's own huggingface/ or adapter folder (`own`) a
+    hidden folder beside it whose files replace the folder's only once the export is whole, an earlier export's
+    files (`replaced`) removed then. Written in place, a failed or interrupted export (a full disk, Ctrl-C) left the
+    step's config rewritten and unrecorded: the step read as damaged, and the next run resumed from the step before
+    it; and an earlier export removed first was lost with it."""
     if not own:
         yield target_dir
         return
     staging = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(target_dir))
     try:
         yield staging
+        os.makedirs(target_dir, exist_ok=True)
+        for name in replaced:
+            os.remove(os.path.join(target_dir, name))
         for name in os.listdir(staging):
             os.replace(os.path.join(staging, name), os.path.join(target_dir, name))
     finally:
@@ -346,10 +349,10 @@ def _merge_full(local_dir: str, hf_dir: str, target_dir: str, torch_dtype: Any, 
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
 
 
-def _clear_earlier_export(target_dir: str, own: bool) -> bool:
+def _earlier_export(target_dir: str, own: bool) -> list[str]:
     """Weights or adapter files already in `target_dir` would stay beside the export's (other shards; an
     adapter_config.json that makes the folder load as an adapter): in the checkpoint's own folder (`own`, the default
-    target) they are an earlier export of it and are removed (True); in a folder the user named, ValueError."""
+    target) they are an earlier export of it, to replace (their names); in a folder the user named, ValueError."""
     from verl.models.config import WEIGHT_FILE_SUFFIXES
     from verl.models.lora import ADAPTER_CONFIG_FILE
 
@@ -363,9 +366,7 @@ def _clear_earlier_export(target_dir: str, own: bool) -> bool:
             f"--target_dir '{target_dir}' already holds {', '.join(found[:4])}{' ...' if len(found) > 4 else ''}, "
             "which would stay beside the export's files; choose an empty or new folder, or delete them."
         )
-    for name in found:
-        os.remove(os.path.join(target_dir, name))
-    return bool(found)
+    return found
 
 
 def _recorded(local_dir: str, target_dir: str) -> str:

@@ -353,6 +353,28 @@ def test_cli_rejects_a_bad_size(tmp_path):
     assert result.returncode == 2 and "hidden_size=100" in result.stderr
 
 
+def test_cli_refuses_an_output_that_holds_another_model_or_is_a_file(tmp_path, capsys):
+    """`--output` at a real model's folder deleted its weight shards and replaced its config, exit 0; a file or an
+    empty string ended in a traceback."""
+    from verl.models.tiny_models import main
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "config.json").write_text("{}")
+    (real / "model-00001-of-00002.safetensors").write_bytes(b"weights")
+    (tmp_path / "afile").write_text("")
+    for output, message in (
+        (str(real), "holds files that are not a tiny model's"),
+        (str(tmp_path / "afile"), "must be a directory"),
+        ("", "must be a directory"),
+    ):
+        with pytest.raises(SystemExit) as exit_code:
+            main(["--output", output])
+        assert exit_code.value.code == 2 and message in capsys.readouterr().err
+    assert sorted(os.listdir(real)) == ["config.json", "model-00001-of-00002.safetensors"]
+    assert (real / "model-00001-of-00002.safetensors").read_bytes() == b"weights"
+
+
 def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
     cache = str(tmp_path / "cache")
     model_dir = get_or_build_tiny_model("qwen2", cache, num_layers=1)

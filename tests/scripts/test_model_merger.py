@@ -319,6 +319,38 @@ def test_a_failed_export_into_the_checkpoint_leaves_the_step_as_it_was(checkpoin
     assert sorted(os.listdir(step / "actor")) == sorted(os.listdir(actor))  # no staging folder left
 
 
+def test_an_earlier_export_is_kept_until_a_new_one_replaces_it(checkpoint, tmp_path, monkeypatch) -> None:
+    """The earlier export in huggingface/ was deleted before the merger checked its flags (`--base_model` on a full
+    model's checkpoint) or wrote anything: a refused or failed merge left the step with no exported weights."""
+    import errno
+
+    import transformers.modeling_utils
+
+    from verl.utils.checkpoint.integrity import damage, write_record
+
+    actor, _ = checkpoint
+    step = tmp_path / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    merger.merge(str(step / "actor"))  # the earlier export
+    write_record(str(step))
+    hf = step / "actor" / "huggingface"
+    before = {path.name: path.read_bytes() for path in hf.iterdir()}
+    assert "model.safetensors" in before
+    with pytest.raises(ValueError, match="is not a LoRA checkpoint"):
+        merger.merge(str(step / "actor"), base_model=str(tmp_path))
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            merger.merge(str(step / "actor"))
+    assert {path.name: path.read_bytes() for path in hf.iterdir()} == before and damage(str(step)) is None
+    merger.merge(str(step / "actor"))  # and a merge that goes through replaces it
+    assert damage(str(step)) is None and (hf / "model.safetensors").is_file()
+
+
 def test_a_merged_model_vllm_cannot_load_as_written_gets_a_note_naming_the_keys(tmp_path) -> None:
     """LLaVA-OneVision as transformers 5 saves it (what the merger writes): the note names the tower's keys and the
     call that lets vLLM load them; a model vLLM loads as written gets none."""

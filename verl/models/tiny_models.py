@@ -1061,10 +1061,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.add_argument(option, type=type(default), default=default, help=f"(default: {default})")
     args = vars(parser.parse_args(argv))
     kind, output, seed = args.pop("kind"), args.pop("output"), args.pop("seed")
+    if not output or (os.path.exists(output) and not os.path.isdir(output)):
+        parser.error(f"--output {output!r} must be a directory (created if missing).")
+    if os.path.isdir(output) and os.listdir(output) and _read_spec(output) is None:  # (a tiny model's is rebuilt)
+        parser.error(
+            f"--output {output!r} holds files that are not a tiny model's (no {SPEC_FILE}): a build would overwrite "
+            "them; choose an empty or new directory."
+        )
     start = time.perf_counter()
     try:
         build_tiny_model(output, kind=kind, seed=seed, **args)
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         parser.error(str(error))
     counts = count_parameters(output)
     print(
