@@ -357,7 +357,7 @@ def _earlier_export(target_dir: str, own: bool) -> list[str]:
     from verl.models.lora import ADAPTER_CONFIG_FILE
 
     if not os.path.isdir(target_dir):
-        return False
+        return []
     found = sorted(
         name for name in os.listdir(target_dir) if name.endswith(WEIGHT_FILE_SUFFIXES) or name == ADAPTER_CONFIG_FILE
     )
