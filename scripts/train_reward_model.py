@@ -282,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     from verl.utils.hub import hub_folder, offline_unless_reachable
 
     offline_unless_reachable({"model": args.model, "tokenizer": args.tokenizer})  # before huggingface_hub's import
-    if os.path.exists(args.output) and not os.path.isdir(args.output):
-        print(f"train_reward_model: --output {args.output} is a file; give a directory.", file=sys.stderr)
+    from verl.utils.config import unwritable
+
+    problem = unwritable(args.output) if args.output else "which is empty; give a writable directory"
+    if problem is not None:  # now, not after the training (the trained weights were lost)
+        print(f"train_reward_model: --output '{args.output}', {problem}.", file=sys.stderr)
         return 2
 
     try:

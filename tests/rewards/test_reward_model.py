@@ -212,7 +212,7 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
 
 
 def test_script_setup_errors_are_one_line(tmp_path, model_root, capsys):
-    """An --output that is a file, a causal LM without --init-from-lm and a tokenizer folder without a tokenizer end
+    """An --output that is a file or cannot be created, a causal LM without --init-from-lm and a tokenizer folder without a tokenizer end
     in one line each, exit 2 (the last two were tracebacks from inside the training function)."""
     script = load_script()
     pairs = tmp_path / "pairs.jsonl"
@@ -222,7 +222,9 @@ def test_script_setup_errors_are_one_line(tmp_path, model_root, capsys):
     (tmp_path / "empty").mkdir()
     base = ["--model", causal, "--train", str(pairs), "--device", "cpu"]
     for extra, message in (
-        (["--output", str(tmp_path / "a_file")], f"--output {tmp_path / 'a_file'} is a file; give a directory."),
+        (["--output", str(tmp_path / "a_file")], f"--output '{tmp_path / 'a_file'}', which is a file; give a"),
+        # a folder that cannot be created: refused before the training, whose weights it used to lose at the end
+        (["--output", str(tmp_path / "a_file" / "sub")], f"cannot be created: '{tmp_path / 'a_file'}' is a file"),
         (["--output", str(tmp_path / "out")], "--init-from-lm"),
         (["--output", str(tmp_path / "out"), "--init-from-lm", "--tokenizer", str(tmp_path / "empty")], "empty"),
     ):

@@ -440,12 +440,19 @@ def require_writable_dir(section: Any, prefix: str, name: str, *, file: bool = F
     (checked without creating anything: the nearest existing folder on its path must be a writable directory). With
     `file`, the field names an output file, not a directory, and its folder is checked."""
     ((_, path),) = _values(section, [name])
-    if not path:
-        return
+    problem = unwritable(path, file=file) if path else None
+    if problem is not None:
+        raise ConfigError(f"Config key '{prefix}{name}' is '{path}', {problem}.")
+
+
+def unwritable(path: str, *, file: bool = False) -> str | None:
+    """Why `path` (a directory, or with `file` an output file) cannot be written, as "which is a file; give a
+    writable directory", or None; checked without creating anything (the nearest existing folder on its path must be
+    a writable directory). For a command-line script's output, before its work."""
     full = os.path.abspath(os.path.expanduser(path))
     if file:
         if os.path.isdir(full):
-            raise ConfigError(f"Config key '{prefix}{name}' is '{path}', which is a directory; give a file path.")
+            return "which is a directory; give a file path"
         full = os.path.dirname(full)
     existing = full
     while not os.path.lexists(existing):
@@ -456,9 +463,9 @@ def require_writable_dir(section: Any, prefix: str, name: str, *, file: bool = F
         denied = "this user cannot write in"
         reason = denied if existing == full else f"cannot be created: {denied} '{existing}'"
     else:
-        return
+        return None
     subject, wanted = ("whose folder", "a file in a writable directory") if file else ("which", "a writable directory")
-    raise ConfigError(f"Config key '{prefix}{name}' is '{path}', {subject} {reason}; give {wanted}.")
+    return f"{subject} {reason}; give {wanted}"
 
 
 def require_data_files(section: Any, prefix: str, *names: str) -> None:
