@@ -269,6 +269,27 @@ def test_the_export_writes_the_taskset_as_training_rows(tasksets):
     assert load_environment("verifiers:vf_arith_v1", {"taskset": {}}).config.taskset.id == "vf_arith_v1"
 
 
+def test_the_exports_bad_options_are_one_line_and_an_earlier_export_survives_a_failed_one(tasksets, tmp_path, capsys):
+    """--limit -1 emptied an existing --output, then failed naming islice; an --output under a file and bad
+    --env-kwargs were tracebacks or did not name the option."""
+    earlier = tasksets["root"] / "arith.jsonl"
+    before = earlier.read_text()
+    (tmp_path / "afile").write_text("")
+    for options, message in (
+        (["--output", str(earlier), "--limit", "-1"], "argument --limit: must be positive, got -1"),
+        (["--output", str(tmp_path / "afile" / "x.jsonl")], "x.jsonl', whose folder is a file"),
+        (["--output", str(earlier), "--env-kwargs", "{bad"], "--env-kwargs is not JSON"),
+        (["--output", str(earlier), "--env-kwargs", "[]"], "--env-kwargs must be a JSON object"),
+    ):
+        with pytest.raises(SystemExit) as exit_code:
+            verifiers_main(["export", "--env", tasksets["arith"], *options])
+        assert exit_code.value.code == 2 and message in capsys.readouterr().err
+    assert earlier.read_text() == before
+    with pytest.raises(SystemExit, match="export: "):  # a taskset that fails: the earlier file stays whole
+        verifiers_main(["export", "--env", tasksets["arith"], "--output", str(earlier), "--env-kwargs", '{"x": 1}'])
+    assert earlier.read_text() == before
+
+
 def test_unsupported_prompts_and_a_missing_package_are_refused(tasksets, monkeypatch):
     """A prompt of messages (few-shot turns) goes as they are, after the system prompt; one that does not end with
     the user's, none, or images are refused."""

@@ -616,24 +616,45 @@ def rubric_reward(sample: dict[str, Any]) -> dict[str, float]:
 
 
 def export(env: VerifiersEnv, output: str, limit: int | None = None) -> int:
-    """Write the taskset's tasks as the trainer's JSONL (task_row per line); returns the number written."""
+    """Write the taskset's tasks as the trainer's JSONL (task_row per line); returns the number written. The file is
+    replaced only once every task is written (a taskset that fails part-way leaves an earlier export as it was)."""
+    from verl.utils.files import atomic_write
+
     count = 0
-    with open(output, "w", encoding="utf-8") as f:
+
+    def write(f: Any) -> None:
+        nonlocal count
         for task in env.tasks(limit):
             f.write(json.dumps(task_row(task, env.harness), ensure_ascii=False) + "\n")
             count += 1
+
+    atomic_write(output, write, sync=False)
     return count
 
 
 def main(argv: list[str] | None = None) -> int:
+    from verl.utils.cli import positive
+    from verl.utils.config import unwritable
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     command = commands.add_parser("export", help="write a taskset's tasks as the trainer's JSONL")
     command.add_argument("--env", required=True, help="path/to/taskset.py:TasksetClass or verifiers:<taskset id>")
     command.add_argument("--env-kwargs", default="{}", help="JSON: the rest of verifiers' [env] block")
     command.add_argument("--output", required=True)
-    command.add_argument("--limit", type=int, default=None, help="the first N tasks (needed for infinite tasksets)")
+    command.add_argument(
+        "--limit", type=positive(int), default=None, help="the first N tasks (needed for infinite tasksets)"
+    )
     args = parser.parse_args(argv)
+    problem = unwritable(args.output, file=True) if args.output else "which is empty; give a file path"
+    if problem is not None:
+        parser.error(f"--output '{args.output}', {problem}.")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as error:
+        parser.error(f"--env-kwargs is not JSON: {error}.")
+    if not isinstance(env_kwargs, dict):
+        parser.error(f'--env-kwargs must be a JSON object ({{"key": value}}), got {args.env_kwargs}.')
     spec, class_name = args.env, None
     if spec.startswith("verifiers:"):
         taskset = spec[len("verifiers:") :]
@@ -645,10 +666,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"export: --env {spec!r} must be path/to/taskset.py:TasksetClass or verifiers:<taskset id>."
             )
     try:
-        env = load_verifiers_environment(taskset, json.loads(args.env_kwargs), class_name)
+        env = load_verifiers_environment(taskset, env_kwargs, class_name)
         count = export(env, args.output, args.limit)
     except (ValueError, NotImplementedError) as error:
         raise SystemExit(f"export: {error}") from None
+    except OSError as error:
+        raise SystemExit(f"export: --output {args.output} cannot be written: {error}.") from None
     print(f"wrote {count} tasks of {env.name} to {args.output}")
     return 0
 
