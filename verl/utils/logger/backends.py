@@ -134,17 +134,15 @@ class FileBackend(Backend):
                     folder,
                 )
             return
-        later: dict[str, list[str]] = {}
-        for path in logs:
-            keep, drop = _split_at_step(path, start_step)
-            if drop:
-                later[path] = drop
-                atomic_write(path, lambda f, lines=keep: f.writelines(lines), sync=False)
-        if later:
+        split = {path: _split_at_step(path, start_step) for path in logs}
+        later = {path: drop for path, (_, drop) in split.items() if drop}
+        if later:  # the later lines are written aside before the logs lose them (a kill in between loses none)
             folder = set_aside_folder(log_dir)
             for path, lines in later.items():
                 with open(os.path.join(folder, os.path.basename(path)), "w", encoding="utf-8") as f:
                     f.writelines(lines)
+            for path in later:
+                atomic_write(path, lambda f, lines=split[path][0]: f.writelines(lines), sync=False)
             logger.info(
                 "file logger: the run resumes after step %d; the %d line(s) of later steps (which it redoes) were "
                 "moved to %s.",
