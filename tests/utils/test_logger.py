@@ -385,3 +385,33 @@ def test_a_logger_package_or_folder_missing_is_found_before_ray(tmp_path, monkey
     with pytest.raises(ValueError, match=r"TENSORBOARD_DIR=.* cannot be written"):
         check_logger_services(["tensorboard"])
     check_logger_services(["console", "file"])
+
+
+def test_a_logger_mode_that_is_not_one_is_refused_before_anything_starts(monkeypatch):
+    """WANDB_MODE=bogus passed the check and failed with pydantic's traceback once the workers were up."""
+    from verl.utils.logger.backends import check_logger_services
+
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    with pytest.raises(ValueError, match=r"WANDB_MODE=bogus is not one of its modes \(online, offline"):
+        check_logger_services(["wandb"])
+    monkeypatch.setenv("SWANLAB_MODE", "cloudy")
+    with pytest.raises(ValueError, match=r"SWANLAB_MODE=cloudy is not one of its modes"):
+        check_logger_services(["swanlab"])
+    check_logger_services(["console"])  # not among the loggers: not checked
+
+
+def test_a_backend_that_fails_to_start_is_one_error_naming_it(tmp_path, monkeypatch):
+    """An MLflow run id that does not exist, a tracking server that is down: the backend's own exception and stack
+    came out of the trainer once its workers were up (and SFT left its workers running)."""
+    from verl.utils.logger import tracker
+    from verl.utils.logger.tracker import LoggerStartError
+
+    def down(*args):
+        raise RuntimeError(
+            "API request to http://127.0.0.1:9/api/2.0/mlflow/experiments/get-by-name failed\n  retries"
+        )
+
+    monkeypatch.setattr(tracker, "MlflowBackend", down)
+    with pytest.raises(LoggerStartError, match=r"trainer.logger's mlflow could not start \(RuntimeError: API request"):
+        Tracker(["file", "mlflow"], "p", "e", str(tmp_path), {})
+    assert (tmp_path / "experiment_config.json").is_file()  # the file logger started first, and was finished

@@ -166,10 +166,16 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     )
     root = trainer.save_checkpoint_path
     start = step_of(resume) if resume is not None else 0
-    tracker = Tracker(
-        trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config), start_step=start
-    )
+    tracker = None
     try:
+        tracker = Tracker(
+            trainer.logger,
+            trainer.project_name,
+            trainer.experiment_name,
+            root,
+            config_to_dict(config),
+            start_step=start,
+        )
         group.init_model(total_steps, data.seed)
         step = 0
         # what fixes the order of the rows (saved with each checkpoint, checked on resume)
@@ -216,7 +222,8 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         return metrics
     finally:
         signals.stopping()  # a signal from here on exits at once: nothing is left to save
-        tracker.finish()
+        if tracker is not None:
+            tracker.finish()
         group.shutdown()
         pool.remove()
 

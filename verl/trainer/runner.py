@@ -37,6 +37,7 @@ from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
 from verl.utils.logger.backends import check_logger_services
+from verl.utils.logger.tracker import LoggerStartError
 from verl.utils.module_loading import user_error_message
 from verl.workers.rollout.vllm_compat import EngineSettingError
 
@@ -365,15 +366,18 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     try:  # free the devices and CPUs at the end, so a caller (a sweep, a test) can start the next run in this Ray
         if trainer_config.rollout_data_dir and not trainer_config.val_only:
             set_aside_later_rollouts(trainer_config.rollout_data_dir, step_of(resumed) if resumed else 0)
-        tracker = Tracker(
-            trainer_config.logger,
-            trainer_config.project_name,
-            trainer_config.experiment_name,
-            trainer_config.save_checkpoint_path,
-            config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
-            start_step=step_of(resumed) if resumed else 0,
-            val_only=trainer_config.val_only,
-        )
+        try:
+            tracker = Tracker(
+                trainer_config.logger,
+                trainer_config.project_name,
+                trainer_config.experiment_name,
+                trainer_config.save_checkpoint_path,
+                config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
+                start_step=step_of(resumed) if resumed else 0,
+                val_only=trainer_config.val_only,
+            )
+        except LoggerStartError as err:
+            raise SetupError(str(err)) from None
         try:
             mode = config.worker.rollout.mode
             extra = {"rollout_wg": workers.rollout, "device": device} if mode == "disaggregated" else {}

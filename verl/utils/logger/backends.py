@@ -319,6 +319,15 @@ def check_logger_services(loggers: list[str]) -> None:
                     f"trainer.logger has {name}, and {variable}={os.environ[variable]} cannot be written ({reason}); "
                     f"point {variable} at a writable folder, or unset it to log under trainer.save_checkpoint_path."
                 )
+    for name, variable, modes in (
+        ("wandb", "WANDB_MODE", ("online", "offline", "shared", "disabled", "dryrun", "run")),
+        ("swanlab", "SWANLAB_MODE", ("cloud", "online", "local", "offline", "disabled")),
+    ):  # else the backend refuses it once the workers are up
+        value = os.environ.get(variable)
+        if name in loggers and value and value not in modes:
+            raise ValueError(
+                f"trainer.logger has {name}, and {variable}={value} is not one of its modes ({', '.join(modes)})."
+            )
     services = [
         ("wandb", "WANDB_MODE", wandb_mode, ("online",), "WANDB_BASE_URL", _WANDB_URL),
         ("swanlab", "SWANLAB_MODE", swanlab_mode, ("cloud", "online"), "SWANLAB_API_HOST", _SWANLAB_URL),

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from verl.utils.config import ConfigError
 from verl.utils.logger.backends import (
     Backend,
     ConsoleBackend,
@@ -21,6 +22,10 @@ from verl.utils.logger.backends import (
 logger = logging.getLogger(__name__)
 
 _WHAT_IS_LOST = {"log": "metrics", "log_generations": "validation samples"}
+
+
+class LoggerStartError(ConfigError):
+    """A backend of trainer.logger failed to start."""
 
 
 class Tracker:
@@ -50,7 +55,15 @@ class Tracker:
         for name in loggers:
             if name not in factories:
                 raise ValueError(f"Unknown logger '{name}' in trainer.logger; choose from {', '.join(factories)}.")
-            self.backends[name] = factories[name]()
+            try:
+                self.backends[name] = factories[name]()
+            except Exception as err:  # a bad mode, an unknown run id, a tracking server down: one line, not its stack
+                self.finish()
+                cause = " ".join(str(err).split())
+                raise LoggerStartError(
+                    f"trainer.logger's {name} could not start ({type(err).__name__}: {cause[:400]}); fix its "
+                    f"settings or drop {name} from trainer.logger."
+                ) from err
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._each("log", metrics, step)
