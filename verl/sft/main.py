@@ -287,12 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from verl.data.sft_dataset import SFTDataError
     from verl.single_controller.ray.base import WorkerDiedError
+    from verl.utils.logger.tracker import LoggerStartError
 
     trainer = config.trainer
     where = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)  # where the same command starts again
     try:
         run_sft(config)
-    except (ConfigError, SFTDataError, CheckpointFolderError) as err:  # a ConfigError: one that only running finds
+    # a ConfigError: one that only running finds
+    except (ConfigError, SFTDataError, CheckpointFolderError, LoggerStartError) as err:
         print(
             f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {user_error_message(err)}",
             file=sys.stderr,

@@ -6,7 +6,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from verl.utils.config import ConfigError
 from verl.utils.logger.backends import (
     Backend,
     ConsoleBackend,
@@ -24,8 +23,8 @@ logger = logging.getLogger(__name__)
 _WHAT_IS_LOST = {"log": "metrics", "log_generations": "validation samples"}
 
 
-class LoggerStartError(ConfigError):
-    """A backend of trainer.logger failed to start."""
+class LoggerStartError(ValueError):
+    """A backend of trainer.logger failed to start (the trainers report it as a setup error, one line)."""
 
 
 class Tracker:
