@@ -86,6 +86,10 @@ def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, 
         (["--model", str(tokenizer_only)], f"--model '{tokenizer_only}' is a folder without weights"),
         (["--model", str(tmp_path), "--max-model-len", "0"], "--max-model-len and --kv-cache-mb must be positive"),
         (["--model", str(tmp_path), "--dtype", "bf17"], "argument --dtype: invalid choice: 'bf17'"),
+        # a relative path that does not exist (a typo) was taken for a hub id: the engine started, then a traceback
+        (["--model", "checkpoints/x/global_step_5/actor/huggingface"], "does not exist here (from "),
+        (["--model", "bad name!"], "is no hub id (a hub id has only letters"),
+        (["--model", ""], "--model is empty"),
     ):
         with pytest.raises(SystemExit) as exit_code:
             main(argv)

@@ -330,14 +330,31 @@ def model_folder_problem(path: str, name: str) -> str | None:
     """Why `path` (the argument `name`, e.g. "--model") is no model folder a command can load: a local path that
     does not exist, a training checkpoint, or a folder without config.json or weights; None for a model folder or a
     hub id."""
+    if not path.strip():
+        return f"{name} is empty; give a Hugging Face model directory or hub id."
     if not (path.startswith((".", "/", "~")) or os.path.exists(path)):
-        return None
+        if _hub_id_problem(path) is None:
+            return None
+        return (
+            f"{name} '{path}' does not exist here (from {os.getcwd()}) and is no hub id ({_hub_id_problem(path)}); "
+            "give a Hugging Face model directory or a hub id like Qwen/Qwen2.5-7B-Instruct."
+        )
     if not os.path.isdir(os.path.expanduser(path)):
         return f"{name} '{path}' does not exist; give a Hugging Face model directory."
     problem = unexported_checkpoint(path)
     if problem is None and (missing := missing_model_files(path)):
         return f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory."
     return problem
+
+
+def _hub_id_problem(name: str) -> str | None:
+    """Why `name` is no Hugging Face repository id ('name' or 'namespace/name' of letters, digits, '-', '_' and '.';
+    huggingface_hub's rule, without importing it before a command has set up its offline mode), or None."""
+    if name.count("/") > 1:
+        return "a hub id is 'name' or 'namespace/name'"
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name, flags=re.ASCII):
+        return "a hub id has only letters, digits, '-', '_' and '.'"
+    return None
 
 
 def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
