@@ -279,6 +279,11 @@ def merge(
     # the adapters beside the checkpoint's huggingface/ (EasyR1's folder name), which a merge may still write later
     default = os.path.join(local_dir, ADAPTER_SUBDIR) if adapter_only else hf_dir
     target_dir = os.path.abspath(target_dir or default)
+    from verl.utils.config import unwritable
+
+    problem = unwritable(target_dir)
+    if problem is not None:  # now, not once the model is built and loaded (minutes and the model's size in memory)
+        raise ValueError(f"--target_dir '{target_dir}', {problem}.")
     from verl.models.lora import ADAPTER_CONFIG_FILE, read_adapter_config
 
     adapter_config = read_adapter_config(local_dir)

@@ -415,3 +415,15 @@ def test_a_backend_that_fails_to_start_is_one_error_naming_it(tmp_path, monkeypa
     with pytest.raises(LoggerStartError, match=r"trainer.logger's mlflow could not start \(RuntimeError: API request"):
         Tracker(["file", "mlflow"], "p", "e", str(tmp_path), {})
     assert (tmp_path / "experiment_config.json").is_file()  # the file logger started first, and was finished
+
+
+def test_behind_a_proxy_online_logging_is_not_switched_off_by_a_direct_connection(monkeypatch):
+    """The direct connection ignored HTTPS_PROXY: on a network reachable only through the proxy, wandb was switched
+    offline (or an explicit WANDB_MODE=online refused), though wandb itself connects through the proxy."""
+    from verl.utils.logger.backends import check_logger_services
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", _closed_port_url())
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    check_logger_services(["wandb"])  # not refused
+    assert os.environ["WANDB_MODE"] == "online"

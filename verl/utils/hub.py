@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
-from verl.utils.logger.backends import unreachable
+from verl.utils.logger.backends import PROXY_VARIABLES, unreachable
 
 
 HUB_ENV = "USE_MODELSCOPE_HUB"
@@ -24,7 +24,6 @@ HUB_ENV = "USE_MODELSCOPE_HUB"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """owner/name, as the hubs write model and dataset ids."""
 
-_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ def offline_unless_reachable(config: Any) -> None:
         modelscope = use_modelscope()
     except ValueError:  # not a switch: the config's check says so, naming the key
         return
-    if modelscope or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+    if modelscope or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in PROXY_VARIABLES):
         return
     values = _strings(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config)
     names = {value.rsplit("@", 1)[0] for value in values if not os.path.exists(os.path.expanduser(value))}

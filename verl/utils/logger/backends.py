@@ -268,6 +268,10 @@ REACH_TIMEOUT_S = 5.0
 """How long `unreachable` waits for a logging service (name lookup and TCP connection)."""
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+"""Where one is set, `unreachable`'s direct connection says nothing of what the client libraries reach."""
+
+
 def unreachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
     """None when a TCP connection to `url`'s host opens within `timeout_s`; else why not. The lookup runs in a daemon
     thread: without a name server getaddrinfo can block far longer than any socket timeout."""
@@ -333,8 +337,8 @@ def check_logger_services(loggers: list[str]) -> None:
         ("swanlab", "SWANLAB_MODE", swanlab_mode, ("cloud", "online"), "SWANLAB_API_HOST", _SWANLAB_URL),
     ]
     for name, variable, mode_of, online_modes, url_variable, default_url in services:
-        if name not in loggers or mode_of() not in online_modes:
-            continue
+        if name not in loggers or mode_of() not in online_modes or any(os.environ.get(v) for v in PROXY_VARIABLES):
+            continue  # (behind a proxy the client connects through it: not checked)
         problem = unreachable(os.environ.get(url_variable) or default_url)
         if problem is None:
             continue
