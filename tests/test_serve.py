@@ -262,6 +262,19 @@ def test_defaults_and_labels_are_accepted():
     checked = check_request(request(echo=False, use_beam_search=False, priority=0, user="me", metadata={"a": "b"},
                                     store=False, parallel_tool_calls=True), "tiny")  # fmt: skip
     assert checked.user == "me"
+    # OpenAI fields this server does not know, sent as null (unset) by clients that fill every field
+    assert check_request(request(service_tier=None, modalities=None, prediction=None), "tiny").messages
+
+
+def test_vllms_own_refusals_keep_the_field_in_the_error_objects_param():
+    from verl.serve.server import error_body
+
+    with pytest.raises(RequestError) as error:
+        check_request(request(stop=["zz"] * 5), "tiny")
+    assert error_body(error.value)[1]["error"]["param"] in (None, "stop")  # pydantic's carry no parameter
+    with pytest.raises(RequestError) as error:
+        check_request(request(top_logprobs=2), "tiny")  # vLLM's own check, naming the field
+    assert error_body(error.value)[1]["error"]["param"] == "top_logprobs"
 
 
 def test_tool_call_blocks_become_structured_calls():

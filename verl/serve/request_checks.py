@@ -78,14 +78,16 @@ def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
         raise RequestError(_message(error)) from None
     except Exception as error:  # vLLM's own checks (VLLMValidationError, naming the field in `parameter`)
         message, field = str(error.args[0] if error.args else error), getattr(error, "parameter", None)
-        raise RequestError(f"'{field}': {message}" if field else message) from None
+        refused = RequestError(f"'{field}': {message}" if field else message)
+        refused.parameter = field  # (the error object's `param`, as vLLM's server sends it)
+        raise refused from None
     fields = type(request).model_fields
     allowed = honoured | INFORMATIONAL
     for key in body:
         if key in allowed:
             continue
         if key not in fields:
-            if key == "store" and not body[key]:  # nothing is stored either way
+            if body[key] is None or (key == "store" and not body[key]):  # unset (null); nothing is stored either way
                 continue
             raise RequestError(f"'{key}' is not a field this server knows; leave it out.")
         if getattr(request, key) != fields[key].get_default(call_default_factory=True):
