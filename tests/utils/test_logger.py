@@ -427,3 +427,35 @@ def test_behind_a_proxy_online_logging_is_not_switched_off_by_a_direct_connectio
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     check_logger_services(["wandb"])  # not refused
     assert os.environ["WANDB_MODE"] == "online"
+
+
+def test_mlflow_metrics_do_not_hold_the_step_while_the_store_is_slow(tmp_path, monkeypatch):
+    """`log` waited for the tracking store: a server that stopped answering held every step for the client's
+    retries (minutes). Metrics go through MLflow's own queue now, in order, and `finish` flushes them."""
+    import threading
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    release, callers = threading.Event(), []
+    real_log_batch = SqlAlchemyStore.log_batch
+
+    def slow_log_batch(self, run_id, metrics, params, tags):
+        if metrics:  # (the run's params at the start: as they were)
+            callers.append(threading.current_thread())
+            release.wait(60)  # a store that answers only once the step has gone on
+        return real_log_batch(self, run_id, metrics, params, tags)
+
+    monkeypatch.setattr(SqlAlchemyStore, "log_batch", slow_log_batch)  # before the store exists: its queue binds it
+    tracker = Tracker(["mlflow"], "proj", "exp", str(tmp_path), CONFIG)
+    tracker.log({"critic/score/mean": 0.25}, 1)
+    tracker.log({"critic/score/mean": 0.75}, 2)
+    assert not release.is_set()  # the steps went on while the store waited
+    release.set()
+    tracker.finish()
+    assert callers and all(caller is not threading.main_thread() for caller in callers)
+    client = MlflowClient(tracking_uri="sqlite:///" + str(tmp_path / "mlflow.db"))
+    (run,) = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
+    history = client.get_metric_history(run.info.run_id, "critic/score/mean")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.25), (2, 0.75)]

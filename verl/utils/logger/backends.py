@@ -464,13 +464,16 @@ class MlflowBackend(Backend):
                     "mlflow: metric %r is logged as %r (MLflow names may not hold its characters).", key, name
                 )
             named[name] = value
-        self.mlflow.log_metrics(named, step=step)
+        # through MLflow's own queue: a slow or unreachable tracking server (its client retries for minutes) does
+        # not hold the training step; a batch it cannot log is logged as an error by MLflow
+        self.mlflow.log_metrics(named, step=step, synchronous=False)
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         rows = [dict(zip(GENERATION_FIELDS, sample)) for sample in samples]
         self.mlflow.log_text(json.dumps(rows, indent=2), f"generations/step_{step}.json")
 
     def finish(self) -> None:
+        self.mlflow.flush_async_logging()
         self.mlflow.end_run()
 
 
