@@ -118,6 +118,24 @@ def test_every_mode_is_implemented() -> None:
 
 
 @pytest.mark.parametrize("mode", CORRECTION_MODES)
+def test_the_options_a_mode_is_said_to_read_are_those_that_change_its_weights(mode: str) -> None:
+    """rc.MODE_OPTIONS (the config warns of a mode's unread options by it) against what each mode computes."""
+    import dataclasses
+
+    old, rollout, mask = make_batch(0, extremes=EXTREME_LOG_RATIOS)
+    changed = {"is_cap": 1.2, "mask_low": 0.9, "mask_high": 1.1, "seq_low": 0.95, "seq_high": 1.05}
+    changed |= {"geo_low": 0.99, "geo_high": 1.01}
+    assert set(changed) == set(rc.CORRECTION_OPTIONS) and set(rc.MODE_OPTIONS) == set(CORRECTION_MODES)
+    base = compute_rollout_correction(CorrectionSettings(mode=mode), old, rollout, mask)
+    for key, value in changed.items():
+        other = compute_rollout_correction(
+            dataclasses.replace(CorrectionSettings(mode=mode), **{key: value}), old, rollout, mask
+        )
+        differs = not (torch.equal(base.weights, other.weights) and torch.equal(base.mask, other.mask))
+        assert differs == (key in rc.MODE_OPTIONS[mode]), (mode, key)
+
+
+@pytest.mark.parametrize("mode", CORRECTION_MODES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mode_matches_reference(mode: str, seed: int) -> None:
     old, rollout, mask = make_batch(seed, extremes={**EXTREME_LOG_RATIOS, **BEYOND_CLAMP_LOG_RATIOS})

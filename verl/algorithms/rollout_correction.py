@@ -191,6 +191,20 @@ _MODES: dict[str, _ModeFn] = {
 }
 """The built-in modes (`CORRECTION_MODES`) and those registered with `register_correction_mode`."""
 
+CORRECTION_OPTIONS = ("is_cap", "mask_low", "mask_high", "seq_low", "seq_high", "geo_low", "geo_high")
+"""The `CorrectionSettings` a mode may read."""
+MODE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "bypass": (),
+    "tis": ("is_cap",),
+    "seq_is": ("is_cap",),
+    "decoupled": ("is_cap",),
+    "seq_mis": ("is_cap", "seq_low", "seq_high"),
+    "icepop": ("mask_low", "mask_high"),
+    "geo_rs": ("geo_low", "geo_high"),
+}
+"""The CORRECTION_OPTIONS each built-in mode of `_MODES` reads (the config warns of the others it is given)."""
+
 
 @torch.no_grad()
 def compute_rollout_correction(

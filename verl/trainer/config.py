@@ -659,20 +659,6 @@ def load_config(argv: list[str]) -> PPOConfig:
     return config
 
 
-_CORRECTION_OPTIONS = ("is_cap", "mask_low", "mask_high", "seq_low", "seq_high", "geo_low", "geo_high")
-_CORRECTION_MODE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "none": (),
-    "bypass": (),
-    "tis": ("is_cap",),
-    "seq_is": ("is_cap",),
-    "decoupled": ("is_cap",),
-    "seq_mis": ("is_cap", "seq_low", "seq_high"),
-    "icepop": ("mask_low", "mask_high"),
-    "geo_rs": ("geo_low", "geo_high"),
-}
-"""The options of algorithm.rollout_correction each built-in mode reads."""
-
-
 def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     """(keys or key prefixes, why the run does not read them) for the features this config leaves off."""
     algorithm, worker, trainer = config.algorithm, config.worker, config.trainer
@@ -694,10 +680,12 @@ def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
         )
     if not algorithm.disable_kl and algorithm.kl_type == "fixed":
         inactive.append((kl[2:4], "algorithm.kl_type=fixed"))
+    from verl.algorithms.rollout_correction import CORRECTION_OPTIONS, MODE_OPTIONS
+
     correction = algorithm.rollout_correction
-    reads = _CORRECTION_MODE_OPTIONS.get(correction.mode)
+    reads = MODE_OPTIONS.get(correction.mode)
     if reads is not None:  # (a mode from a file takes them all)
-        unread = [f"algorithm.rollout_correction.{key}" for key in _CORRECTION_OPTIONS if key not in reads]
+        unread = [f"algorithm.rollout_correction.{key}" for key in CORRECTION_OPTIONS if key not in reads]
         inactive.append((tuple(unread), f"algorithm.rollout_correction.mode={correction.mode}"))
     if not algorithm.online_filtering:
         keys = ("algorithm.filter_key", "algorithm.filter_low", "algorithm.filter_high", "trainer.max_try_make_batch")
