@@ -505,3 +505,36 @@ def test_easyr1_import_path_is_an_alias_of_the_algorithms_package():
 
     assert easyr1_path.__all__ == algorithms.__all__
     assert all(getattr(easyr1_path, name) is getattr(algorithms, name) for name in algorithms.__all__)
+
+
+@pytest.mark.parametrize("loss_type", ["default", "gspo", "gspo_token", "cispo", "sapo", "geo_mean"])
+def test_the_settings_a_policy_loss_is_said_to_read_are_those_that_change_its_loss(loss_type):
+    """policy_loss_options (the actor config refuses a setting the loss does not read by it) against what each
+    built-in loss computes, its value and its gradient."""
+    from verl.algorithms.policy_losses import POLICY_LOSS_OPTIONS, compute_policy_loss, policy_loss_options
+
+    generator = torch.Generator().manual_seed(0)
+    old = torch.randn(4, 6, generator=generator) * 0.1 - 1.0
+    start = old + torch.randn(4, 6, generator=generator) * 0.8  # ratios far outside every clip
+    advantages = torch.randn(4, 6, generator=generator)
+    mask = torch.ones(4, 6)
+    settings = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.3, "clip_ratio_dual": 3.0}
+    settings |= {"tau_positive": 1.0, "tau_negative": 1.05}
+    changed = {"clip_ratio_low": 0.05, "clip_ratio_high": 0.05, "clip_ratio_dual": 1.5}
+    changed |= {"tau_positive": 3.0, "tau_negative": 3.0}
+    assert set(changed) == set(POLICY_LOSS_OPTIONS)
+
+    def loss_and_grad(values):
+        log_probs = start.clone().requires_grad_(True)
+        loss, _ = compute_policy_loss(
+            old, log_probs, advantages, mask, loss_type, values["clip_ratio_low"], values["clip_ratio_high"],
+            values["clip_ratio_dual"], "token-mean", values["tau_positive"], values["tau_negative"],
+        )  # fmt: skip
+        loss.backward()
+        return loss.detach(), log_probs.grad
+
+    base = loss_and_grad(settings)
+    for key, value in changed.items():
+        other = loss_and_grad({**settings, key: value})
+        differs = not (torch.equal(base[0], other[0]) and torch.equal(base[1], other[1]))
+        assert differs == (key in policy_loss_options(loss_type)), (loss_type, key)
