@@ -6,8 +6,6 @@ Each row is turned back into text and rendered with the RM's own chat template, 
 `scripts/train_reward_model.py` does in training. docs/rewards.md has its settings.
 """
 
-import logging
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -32,8 +30,6 @@ from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.workers.config import RewardModelConfig
 
-
-logger = logging.getLogger(__name__)
 
 RM_ATTN_IMPLEMENTATION = "sdpa"
 """Attention of the reward model: rows are right-padded, so plain sdpa with a padding mask is exact and portable."""

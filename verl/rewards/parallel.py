@@ -48,9 +48,7 @@ def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any, stacks_dir: str) 
     global _worker_function, _stack_file
     try:
         _stack_file = open(os.path.join(stacks_dir, str(os.getpid())), "a")  # appends: `where` empties it first
-    except (
-        FileNotFoundError
-    ):  # started as the pool closed (workers start on demand) and its folder went: nothing to do
+    except FileNotFoundError:  # started as the pool closed (workers start on demand) and its folder went
         os._exit(0)
     pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function, or ask where it is
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=False)

@@ -77,10 +77,6 @@ class BatchScorer:
         self.ungraded_batches = 0
         """Batches where most of the judge's answers held no grade (warned about at the 1st, 10th, every 100th)."""
 
-    @property
-    def combines(self) -> bool:
-        return self.reward_model_wg is not None or self.judge_actor is not None
-
     def launch(self, batch: DataProto, wait_for_model: bool = True) -> PendingReward:
         """Start every part of `batch`'s reward; the reward model is waited for unless `wait_for_model` is False
         (streamed rewards: `collect` waits for it)."""
@@ -112,7 +108,7 @@ class BatchScorer:
         if pending.rule is not None:
             rule_scores, columns = self.get(pending.rule, "rule")
             columns = {key: list(values) for key, values in columns.items()}
-        if not self.combines:
+        if self.reward_model_wg is None and self.judge_actor is None:
             return rule_scores, columns
         overall = torch.zeros(len(batch), dtype=torch.float32)
         clashing = sorted(set(columns) & COMBINED_KEYS)

@@ -16,22 +16,10 @@ import signal
 import sys
 
 
-_NETWORK_EVENTS = {
-    "socket.connect",
-    "socket.bind",
-    "socket.sendto",
-    "socket.sendmsg",
-    "socket.getaddrinfo",
-    "socket.gethostbyname",
-    "socket.gethostbyaddr",
-    "socket.getnameinfo",
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "subprocess.Popen",
-    "pty.spawn",
-}
+_NETWORK_EVENTS = set(
+    "socket.connect socket.bind socket.sendto socket.sendmsg socket.getaddrinfo socket.gethostbyname "
+    "socket.gethostbyaddr socket.getnameinfo os.system os.exec os.posix_spawn os.spawn subprocess.Popen pty.spawn".split()
+)
 _NETWORK_SYMBOLS = {"socket", "connect", "bind", "sendto", "sendmsg", "getaddrinfo", "syscall"}
 OPEN_FILES_ENV = "VERL_SANDBOX_OPEN_FILES"
 """The program's RLIMIT_NOFILE, set once only its own descriptors are left (a case's: 0, 1 and 2)."""

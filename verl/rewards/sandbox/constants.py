@@ -6,6 +6,7 @@ sizes checked before each operation, so `2 ** 10 ** 12` raises TooLarge instead 
 """
 
 import ast
+import builtins
 import math
 import operator
 from collections.abc import Callable
@@ -86,12 +87,7 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.BitOr: operator.or_,
     ast.BitXor: operator.xor,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
-    ast.USub: operator.neg,
-    ast.UAdd: operator.pos,
-    ast.Invert: operator.invert,
-    ast.Not: operator.not_,
-}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
 
 
 def _bounded(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,50 +111,15 @@ MATH_CONSTANTS = {name: getattr(math, name) for name in ("pi", "e", "tau", "inf"
 MATH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     **{
         name: getattr(math, name)
-        for name in (
-            "sqrt",
-            "exp",
-            "log",
-            "log2",
-            "log10",
-            "sin",
-            "cos",
-            "tan",
-            "asin",
-            "acos",
-            "atan",
-            "atan2",
-            "hypot",
-            "floor",
-            "ceil",
-            "fabs",
-            "isqrt",
-            "gcd",
-            "lcm",
-            "trunc",
-            "degrees",
-            "radians",
-        )  # fmt: skip
+        for name in "sqrt exp log log2 log10 sin cos tan asin acos atan atan2 hypot floor ceil fabs isqrt gcd lcm trunc "
+        "degrees radians".split()
     },
     **{name: _bounded(getattr(math, name)) for name in ("factorial", "comb", "perm")},
 }
 """Pure math functions a constant expression may call on constants (`math.sqrt(2)`)."""
 BUILTINS: dict[str, Callable[..., Any]] = {
-    "float": float,
-    "int": int,
-    "complex": complex,
-    "bool": bool,
-    "abs": abs,
-    "round": round,
-    "min": min,
-    "max": max,
-    "sum": sum,
-    "len": len,
-    "sorted": sorted,
-    "list": list,
-    "tuple": tuple,
-    "set": set,
-    "frozenset": frozenset,
+    **{name: getattr(builtins, name) for name in "float int complex bool abs round min max sum len sorted".split()},
+    **{name: getattr(builtins, name) for name in ("list", "tuple", "set", "frozenset")},
     "range": _range,
 }
 """Builtins a constant expression may call on constants (looked up here, never in the program)."""

@@ -341,18 +341,7 @@ TRAINER_BUILTINS: dict[str, Callable[..., Any]] = {
     "set": _hashed(set),
     "frozenset": _hashed(frozenset),
     "dict": _dict,
-    "list": list,
-    "tuple": tuple,
-    "sorted": sorted,
-    "len": len,
-    "sum": sum,
-    "min": min,
-    "max": max,
-    "abs": abs,
-    "int": int,
-    "float": float,
-    "str": str,
-    "bool": bool,
+    **{name: getattr(builtins, name) for name in "list tuple sorted len sum min max abs int float str bool".split()},
 }
 """Builtins a test calls without keywords (`set(f(x))`), applied in the trainer, never looked up in the program."""
 

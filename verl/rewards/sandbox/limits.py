@@ -7,16 +7,7 @@ import math
 from dataclasses import dataclass, fields
 
 
-STATUSES: tuple[str, ...] = (
-    "ok",
-    "error",
-    "timeout",
-    "cpu_limit",
-    "memory_limit",
-    "output_limit",
-    "process_limit",
-    "killed",
-)
+STATUSES = ("ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit", "process_limit", "killed")
 STDERR_TAIL_BYTES = 16 * 1024
 """How much of the end of stderr a result keeps: the traceback is at the end."""
 ISOLATION_MODES = {

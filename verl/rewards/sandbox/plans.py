@@ -4,7 +4,6 @@
 and exec (cgroup, niceness, namespaces, rlimits, uid), in the built-in mode or before bwrap starts."""
 
 import ctypes
-import logging
 import os
 import resource
 import stat
@@ -14,9 +13,6 @@ from typing import Any
 
 from verl.rewards.sandbox import bwrap, seccomp
 from verl.rewards.sandbox.limits import SandboxUnavailable
-
-
-logger = logging.getLogger(__name__)
 
 
 _CLONE_NEWNS = 0x00020000

@@ -57,78 +57,42 @@ _SOL_SOCKET = 1
 _SOCKET_BUFFERS = (7, 8, 32, 33)
 """SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE (asm-generic, which x86_64 and aarch64 use)."""
 
-# AUDIT_ARCH_* and the system call numbers (asm/unistd.h) of each supported machine.
-_MACHINES = {
-    "x86_64": {
-        "arch": 0xC000003E,
-        "x32": True,
-        "refused": {
-            "add_key": 248,
-            "request_key": 249,
-            "keyctl": 250,
-            "flock": 73,
-            "inotify_init": 253,
-            "inotify_init1": 294,
-            "inotify_add_watch": 254,
-            "fanotify_init": 300,
-            "fanotify_mark": 301,
-            "setns": 308,
-            "io_setup": 206,
-            "io_destroy": 207,
-            "io_getevents": 208,
-            "io_submit": 209,
-            "io_cancel": 210,
-            "io_pgetevents": 333,
-            "io_uring_setup": 425,
-            "io_uring_enter": 426,
-            "io_uring_register": 427,
-            "perf_event_open": 298,
-            "bpf": 321,
-            "userfaultfd": 323,
-        },
-        "fcntl": 72,
-        "clone": 56,
-        "unshare": 272,
-        "socket": 41,
-        "setsockopt": 54,
-        "clone3": 435,
-        "fallocate": 285,
-    },
-    "aarch64": {
-        "arch": 0xC00000B7,
-        "x32": False,
-        "refused": {
-            "add_key": 217,
-            "request_key": 218,
-            "keyctl": 219,
-            "flock": 32,
-            "inotify_init1": 26,
-            "inotify_add_watch": 27,
-            "fanotify_init": 262,
-            "fanotify_mark": 263,
-            "setns": 268,
-            "io_setup": 0,
-            "io_destroy": 1,
-            "io_submit": 2,
-            "io_cancel": 3,
-            "io_getevents": 4,
-            "io_pgetevents": 292,
-            "io_uring_setup": 425,
-            "io_uring_enter": 426,
-            "io_uring_register": 427,
-            "perf_event_open": 241,
-            "bpf": 280,
-            "userfaultfd": 282,
-        },
-        "fcntl": 25,
-        "clone": 220,
-        "unshare": 97,
-        "socket": 198,
-        "setsockopt": 208,
-        "clone3": 435,
-        "fallocate": 47,
-    },
+# The system call numbers (asm/unistd.h) on (x86_64, aarch64); None where that machine has no such call.
+_REFUSED = {
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "keyctl": (250, 219),
+    "flock": (73, 32),
+    "inotify_init": (253, None),
+    "inotify_init1": (294, 26),
+    "inotify_add_watch": (254, 27),
+    "fanotify_init": (300, 262),
+    "fanotify_mark": (301, 263),
+    "setns": (308, 268),
+    "io_setup": (206, 0),
+    "io_destroy": (207, 1),
+    "io_getevents": (208, 4),
+    "io_submit": (209, 2),
+    "io_cancel": (210, 3),
+    "io_pgetevents": (333, 292),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "perf_event_open": (298, 241),
+    "bpf": (321, 280),
+    "userfaultfd": (323, 282),
 }
+_CHECKED = {
+    "fcntl": (72, 25),
+    "clone": (56, 220),
+    "unshare": (272, 97),
+    "socket": (41, 198),
+    "setsockopt": (54, 208),
+    "clone3": (435, 435),
+    "fallocate": (285, 47),
+}
+_MACHINES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}
+"""Each supported machine's column in the tables above and its AUDIT_ARCH_*."""
 
 
 def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -> bytes:
@@ -151,25 +115,27 @@ def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -
 
 def program(machine: str | None = None) -> bytes:
     """The filter for `machine` (this one by default) as struct sock_filter[]; b"" where no filter is known."""
-    spec = _MACHINES.get(machine or platform.machine())
-    if spec is None:
+    machine = machine or platform.machine()
+    if machine not in _MACHINES:
         return b""
+    column, arch = _MACHINES[machine]
+    nr = {name: numbers[column] for name, numbers in _CHECKED.items()}
     code = [
         (_LD_W_ABS, 0, 0, _ARCH_OFFSET),
-        (_JEQ_K, 0, "kill", spec["arch"]),
+        (_JEQ_K, 0, "kill", arch),
         (_LD_W_ABS, 0, 0, _NR_OFFSET),
     ]
-    if spec["x32"]:
+    if machine == "x86_64":  # x32 calls
         code.append((_JGE_K, "refuse", 0, _X32_SYSCALL_BIT))
-    code += [(_JEQ_K, "refuse", 0, number) for number in spec["refused"].values()]
+    code += [(_JEQ_K, "refuse", 0, numbers[column]) for numbers in _REFUSED.values() if numbers[column] is not None]
     code += [
-        (_JEQ_K, "unimplemented", 0, spec["clone3"]),
-        (_JEQ_K, "unsupported", 0, spec["fallocate"]),
-        (_JEQ_K, "flags", 0, spec["clone"]),
-        (_JEQ_K, "flags", 0, spec["unshare"]),
-        (_JEQ_K, "family", 0, spec["socket"]),
-        (_JEQ_K, "level", 0, spec["setsockopt"]),
-        (_JEQ_K, 0, "allow", spec["fcntl"]),
+        (_JEQ_K, "unimplemented", 0, nr["clone3"]),
+        (_JEQ_K, "unsupported", 0, nr["fallocate"]),
+        (_JEQ_K, "flags", 0, nr["clone"]),
+        (_JEQ_K, "flags", 0, nr["unshare"]),
+        (_JEQ_K, "family", 0, nr["socket"]),
+        (_JEQ_K, "level", 0, nr["setsockopt"]),
+        (_JEQ_K, 0, "allow", nr["fcntl"]),
         (_LD_W_ABS, 0, 0, _ARG1_LOW_OFFSET),
     ]
     code += [(_JEQ_K, "refuse", 0, command) for command in _FCNTL_COMMANDS[:-1]]

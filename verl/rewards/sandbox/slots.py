@@ -5,7 +5,6 @@ on one machine never share a uid; every process of a uid is killed in one step."
 
 import fcntl
 import functools
-import logging
 import os
 import pwd
 import signal
@@ -18,9 +17,6 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 import psutil
-
-
-logger = logging.getLogger(__name__)
 
 
 UID_BASE = 60000
