@@ -246,14 +246,9 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             return None
         in_flight_file = os.path.join(path, IN_FLIGHT_FILE)
         rows = torch.load(in_flight_file, weights_only=False) if os.path.isfile(in_flight_file) else None
-        capacity = (self.admission.max_staleness + 1) * self.admission.round_size
-        if rows is not None and len(rows) > capacity:
-            raise ValueError(
-                f"{path} holds {len(rows)} prompts in flight, more than this run keeps in flight ({capacity}: "
-                f"max_staleness + 1 rounds of {self.admission.round_size}); resume with the saved run's "
-                "data.rollout_batch_size, data.mini_rollout_batch_size and worker.rollout.max_staleness."
-            )
-        if rows is not None and len(rows) > 0:  # admitted again, from their start
+        if (
+            rows is not None and len(rows) > 0
+        ):  # admitted again, from their start (runner._check_in_flight bounds them)
             self._readmit = rows
             self.in_flight = {uid: rows[i : i + 1] for i, uid in enumerate(rows.non_tensor_batch["uid"])}
         logger.info(

@@ -88,11 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
-        if where == (True, None):
-            print(str(err), file=sys.stderr)
-        else:  # "Run the same command again to resume" is not what that does: the hint says what it does
-            print(f"{err.stopped}\n{resume_hint(trainer.save_checkpoint_path, *where)}", file=sys.stderr)
-        return 128 + err.signum
+        return err.report(trainer.save_checkpoint_path, *where)
     return 0
 
 

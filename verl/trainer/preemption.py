@@ -57,6 +57,17 @@ class TrainingInterrupted(BaseException):
         self.stopped = message
         """The message without its advice, for a run whose command does not resume (`resume_hint` says what does)."""
 
+    def report(self, save_root: str, find_last: bool, explicit: str | None) -> int:
+        """Print the message for the command line (with `resume_hint`'s advice where running the same command again
+        does not simply resume) and return the exit status, 128 + the signal's number."""
+        from verl.trainer.checkpointing import resume_hint
+
+        if (find_last, explicit) == (True, None):
+            print(str(self), file=sys.stderr)
+        else:
+            print(f"{self.stopped}\n{resume_hint(save_root, find_last, explicit)}", file=sys.stderr)
+        return 128 + self.signum
+
 
 _fit_loops: list["StopRequest"] = []
 """The StopRequest of the fit loop running now, for a stop that does not come as a signal (`stop_the_fit_loop`)."""

@@ -17,6 +17,7 @@ import sys
 
 import ray
 
+from verl.single_controller.base.worker import DIST_ENV_VARS
 from verl.single_controller.ray.base import DIST_INIT_METHOD_ENV
 from verl.utils import stall_report
 from verl.utils.warm_python import LAUNCHER, WarmPython
@@ -42,12 +43,7 @@ WORKER_MODULES = (
 
 RUNTIME_NAMES = (
     # set by RayWorkerGroup for each rank, read when the rank joins its process group or starts its watch
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
+    *DIST_ENV_VARS,
     "WG_PREFIX",
     DIST_INIT_METHOD_ENV,
     "GLOO_SOCKET_IFNAME",

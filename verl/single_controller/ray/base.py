@@ -117,10 +117,10 @@ class RayWorkerGroup(WorkerGroup):
         if not slots:
             raise ValueError("The resource pool has no bundles (was it removed?); create a new RayResourcePool.")
         self._world_size = len(slots)
-        self._master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
+        master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
         here = ray.get_runtime_context().get_node_id()
         self._local_env = loopback_rendezvous_env() if all(slot.node_id == here for slot in slots) else {}
-        self._master_addr = self._local_env.get("MASTER_ADDR", slots[0].node_ip)
+        master_addr = self._local_env.get("MASTER_ADDR", slots[0].node_ip)
         self._bind_worker_methods(self._worker_cls)  # name clashes fail before any actor starts
         self._resource_pool: RayResourcePool | None = resource_pool
         self._owns_workers = True
@@ -134,8 +134,8 @@ class RayWorkerGroup(WorkerGroup):
                     "WORLD_SIZE": str(self._world_size),
                     "LOCAL_RANK": str(slot.local_rank),
                     "LOCAL_WORLD_SIZE": str(slot.local_world_size),
-                    "MASTER_ADDR": self._master_addr,
-                    "MASTER_PORT": str(self._master_port),
+                    "MASTER_ADDR": master_addr,
+                    "MASTER_PORT": str(master_port),
                     "WG_PREFIX": self._name_prefix,
                     **self._local_env,
                     **(env or {}),
@@ -214,7 +214,6 @@ class RayWorkerGroup(WorkerGroup):
             view._name_prefix = f"{self._name_prefix}/{role}"
             view._worker_cls = roles[role]
             view._world_size = self._world_size
-            view._master_addr, view._master_port = self._master_addr, self._master_port
             view._workers = self._workers
             view._owns_workers = False
             view._method_prefix = f"{role}_"
