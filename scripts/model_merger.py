@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from verl.models.transformers_compat import write_checkpoint_layout
+from verl.models.transformers_compat import save_model_folder
 from verl.utils.hub import safetensors_files
 
 
@@ -174,8 +174,7 @@ def merge_lora(
                 raise ValueError(f"The adapter of '{weight_name}' has no layer in the base model '{base_path}'.")
             target.copy_(merge_weight(target, state[a_name], state[b_name], scaling))
     model.to(getattr(torch, torch_dtype_name(dtype)))
-    model.save_pretrained(target_dir, safe_serialization=True)
-    write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
+    save_model_folder(model, target_dir, safe_serialization=True)  # Qwen3-VL-MoE's experts in checkpoint layout
     _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))
     return target_dir
 
@@ -349,8 +348,7 @@ def _merge_full(local_dir: str, hf_dir: str, target_dir: str, torch_dtype: Any, 
         from transformers import GenerationConfig
 
         model.generation_config = GenerationConfig.from_pretrained(hf_dir)
-    model.save_pretrained(target_dir, safe_serialization=True)
-    write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
+    save_model_folder(model, target_dir, safe_serialization=True)  # Qwen3-VL-MoE's experts in checkpoint layout
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
 
 

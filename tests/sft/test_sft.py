@@ -666,3 +666,46 @@ def test_an_export_that_runs_out_of_space_is_one_line_naming_the_checkpoint(tmp_
         assert str(raised.value).endswith(f"--local_dir {checkpoint}/actor --dtype float32`.")
     with pytest.raises(ValueError, match="another failure"):
         export(Group(ValueError("another failure")), str(tmp_path / "huggingface"), checkpoint, model)
+
+
+def _export_untrained(rank: int, world_size: int, port: int, args: list[str], out: str) -> None:
+    import dataclasses
+
+    from tests.workers.fsdp_testing import init_rank
+    from verl.sft.config import load_sft_config
+    from verl.sft.worker import SFTWorker
+
+    init_rank(rank, world_size, port)
+    config = load_sft_config(args).worker
+    worker = SFTWorker(config, device="cpu")
+    worker.init_model(training_steps=1, seed=0)
+    worker.export_hf_model(out)
+    # LoRA targets that only the model can refuse (a hub id's, unchecked at load) are named under SFT's own key
+    lora = dataclasses.replace(config.model.lora, rank=8, target_modules="q_proj,no_such_layer")
+    config.model = dataclasses.replace(config.model, lora=lora)
+    with pytest.raises(ValueError, match=r"^worker\.model\.lora: target_modules names no_such_layer"):
+        SFTWorker(config, device="cpu").init_model(training_steps=1, seed=0)
+
+
+def test_the_export_of_a_qwen3_vl_moe_keeps_its_checkpoints_expert_layout(tmp_path) -> None:
+    """transformers transposes Qwen3-VL-MoE's fused experts on load and not back on save: the SFT export wrote them
+    in the module's layout, which vLLM (and transformers itself) then read transposed. Untrained, the export must
+    hold the base folder's tensors exactly. (And LoRA errors raised by the model name worker.model.lora.)"""
+    from safetensors.torch import load_file
+
+    from tests.workers.fsdp_testing import spawn
+
+    base = get_or_build_tiny_model("qwen3_vl_moe", str(tmp_path / "models"))
+    (tmp_path / "train.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    (tmp_path / "val.jsonl").write_text((tmp_path / "train.jsonl").read_text())
+    out = tmp_path / "export"
+    spawn(_export_untrained, 1, sft_args(tmp_path, base, str(tmp_path / "run"), "trainer.n_gpus_per_node=1"), str(out))
+
+    def load(folder) -> dict[str, torch.Tensor]:
+        return {k: v for f in sorted(pathlib.Path(folder).glob("*.safetensors")) for k, v in load_file(f).items()}
+
+    exported, stored = load(out), load(base)
+    experts = [name for name in stored if name.endswith("mlp.experts.gate_up_proj")]
+    assert experts and sorted(exported) == sorted(stored)
+    for name, tensor in stored.items():
+        assert exported[name].shape == tensor.shape and torch.equal(exported[name], tensor), name

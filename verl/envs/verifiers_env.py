@@ -161,9 +161,9 @@ class Bridge:
     def __init__(self, client: Any, tool_format: ToolCallFormat = HERMES, given: int = 0) -> None:
         self.client = client
         self.tool_format = tool_format
+        """How the model writes tool calls (read out of a turn's text when the client did not)."""
         self.given = given
         """The assistant messages of the task's prompt (few-shot turns), which requests carry as they are."""
-        """How the model writes tool calls (read out of a turn's text when the client did not)."""
         self.turns: list[dict[str, Any]] = []
         """The assistant messages as the client gave them, one per answered request."""
         self.requests: list[dict[str, Any]] = []

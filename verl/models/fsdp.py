@@ -149,11 +149,12 @@ def create_fsdp_model(
     dtype: torch.dtype | None = None,
     attn_implementation: str | None = None,
     with_lora: bool = True,
+    lora_key: str = "worker.actor.model.lora",
 ) -> nn.Module:
     """Build, freeze, checkpoint and shard the model of one role; the weights are read once, by rank 0.
     `dtype` overrides the parameter dtype (default from `fsdp_config.torch_dtype`). Without `enable_rank0_init` or
     in a single process, every rank loads the checkpoint. LoRA adapters (`model_config.lora.rank > 0`, `with_lora`)
-    are injected before sharding and alone train."""
+    are injected before sharding and alone train; their errors name the config section `lora_key`."""
     is_cpu = device.type == "cpu"
     dtype = dtype or param_dtype(fsdp_config)
     build = {"value_head": value_head, "dtype": dtype, "attn_implementation": attn_implementation}
@@ -163,7 +164,7 @@ def create_fsdp_model(
     if with_lora and model_config.lora.rank > 0:
         vision_language = get_vision_tower(model) is not None
         for built in (model, full_model) if full_model is not None else (model,):
-            trainable = apply_lora(built, model_config.lora, vision_language, model_config.model_path)
+            trainable = apply_lora(built, model_config.lora, vision_language, model_config.model_path, lora_key)
         logger.info(
             "LoRA rank %d: %d adapter parameters train; the base is frozen.", model_config.lora.rank, trainable
         )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from verl.models.config import TEXT_ONLY_VISION_LANGUAGE_TYPES, VISION_LANGUAGE_MODEL_TYPES
-from verl.models.transformers_compat import write_checkpoint_layout
+from verl.models.transformers_compat import save_model_folder
 from verl.utils.hub import safetensors_files
 
 
@@ -980,8 +980,7 @@ def build_tiny_model(output_dir: str, kind: ModelKind = "qwen2", seed: int = 0, 
     model = build_model(spec, tokenizer)
     os.makedirs(output_dir, exist_ok=True)
     with _progress_bars_disabled():
-        model.save_pretrained(output_dir)
-        write_checkpoint_layout(output_dir)
+        save_model_folder(model, output_dir)
         tokenizer.save_pretrained(output_dir)
         if spec.is_vl:
             build_processor(spec, tokenizer).save_pretrained(output_dir)

@@ -32,6 +32,13 @@ def checkpoint_layout(model_type: str | None, name: str, tensor: Any) -> Any:
     return tensor
 
 
+def save_model_folder(model: Any, model_dir: str, **kwargs: Any) -> None:
+    """`model.save_pretrained(model_dir, **kwargs)` with its weights in `checkpoint_layout`: every model folder the
+    project writes (tiny models, the SFT export, the merger) loads into vLLM and transformers as the hub's would."""
+    model.save_pretrained(model_dir, **kwargs)
+    write_checkpoint_layout(model_dir)
+
+
 def write_checkpoint_layout(model_dir: str) -> None:
     """Rewrite the safetensors `save_pretrained` wrote in `model_dir` into `checkpoint_layout`."""
     import json

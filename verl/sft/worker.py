@@ -27,6 +27,7 @@ from verl.models.fsdp import (
 )
 from verl.models.loading import build_model, declared_dtype, exported_config, load_model_config
 from verl.models.lora import adapter_config_dict, lora_scaling, merged_state_dict
+from verl.models.transformers_compat import save_model_folder
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
@@ -69,7 +70,7 @@ class SFTWorker(Worker):
         self.tokenizer = get_tokenizer(tokenizer_path, **options)
         self.processor = get_processor(tokenizer_path, **options)
         mesh = build_device_mesh(dist.get_world_size(), config.fsdp.fsdp_size, self.device_type)
-        self.module = create_fsdp_model(model, config.fsdp, mesh, self.device)
+        self.module = create_fsdp_model(model, config.fsdp, mesh, self.device, lora_key="worker.model.lora")
         optim = dataclasses.replace(config.optim, training_steps=training_steps)
         self.optimizer = build_optimizer(self.module, optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, optim)
@@ -167,7 +168,7 @@ class SFTWorker(Worker):
             written = f"{path}.tmp"  # renamed into place once whole: a failed export (a full disk) leaves no half
             shutil.rmtree(written, ignore_errors=True)
             try:
-                model.save_pretrained(written)
+                save_model_folder(model, written)  # Qwen3-VL-MoE's experts as its checkpoints store them
                 for processing in (self.processor, self.tokenizer):
                     if processing is not None:
                         processing.save_pretrained(written)
