@@ -140,6 +140,7 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
     from verl.data.tokenizer import get_tokenizer
     from verl.models.config import FSDPConfig
     from verl.models.fsdp import clip_grad_norm, get_full_state_dict
+    from verl.models.transformers_compat import save_model_folder
     from verl.rewards.model_worker import (
         build_fsdp_reward_model,
         last_token_scores,
@@ -247,7 +248,7 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
         )
         plain.load_state_dict({name: tensor.to(save_dtype) for name, tensor in state.items()}, strict=True)
         os.makedirs(args.output, exist_ok=True)
-        plain.save_pretrained(args.output)
+        save_model_folder(plain, args.output)
         tokenizer.save_pretrained(args.output)
     dist.barrier()
     results.update(output=os.path.abspath(args.output), seconds=round(time.perf_counter() - start, 2))
