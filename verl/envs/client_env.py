@@ -62,3 +62,9 @@ class ChatClientEnv(Environment):
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
         raise TypeError(f"{type(self).__name__} is a ChatClientEnv: its episodes run through `rollout`, not `step`.")
+
+
+def reply_reasoning(message: Any) -> str | None:
+    """The reasoning an endpoint's reasoning parser took out of a reply message (`reasoning`, or the older
+    `reasoning_content`), or None."""
+    return getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)

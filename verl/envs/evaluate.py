@@ -40,7 +40,7 @@ from verl.envs.base import (
     checked_step,
     env_code_error,
 )
-from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
+from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client, reply_reasoning
 from verl.envs.loader import load_environment
 from verl.rewards.function import REASONING_OPENING, RewardFunctionError, opens_reasoning
 from verl.utils import stall_report
@@ -182,7 +182,7 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
     choice = reply.choices[0]
     counts["truncated"] = choice.finish_reason == "length"
     text, calls = choice.message.content or "", []
-    reasoning = _reasoning(choice.message)
+    reasoning = reply_reasoning(choice.message)
     if reasoning:
         text = f"{'' if opened else REASONING_OPENING}{reasoning}</think>\n\n{text}"
     for call in _calls(choice.message):
@@ -197,12 +197,6 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
     return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
 
 
-def _reasoning(message: Any) -> str | None:
-    """The reasoning an endpoint's reasoning parser took out of a reply message (`reasoning`, or the older
-    `reasoning_content`), or None."""
-    return getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)
-
-
 def _calls(message: Any) -> list[Any]:
     """A reply message's parsed tool calls (those with a function)."""
     return [call for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
@@ -214,7 +208,7 @@ def sent_back(reply: Any) -> dict[str, Any]:
     does in training (Qwen3's keeps the reasoning of the turns after the last user message)."""
     message = reply.choices[0].message
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
-    reasoning = _reasoning(message)
+    reasoning = reply_reasoning(message)
     if reasoning:
         turn["reasoning"] = reasoning
     calls = _calls(message)

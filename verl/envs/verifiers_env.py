@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verl.envs.base import EnvRowError
-from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client, chat_completion
+from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client, chat_completion, reply_reasoning
 from verl.envs.tools import HERMES, ToolCallFormat, assistant_message
 
 
@@ -221,7 +221,7 @@ class Bridge:
         # the harness gets the reasoning apart from the content, as from an endpoint with a reasoning parser (which
         # separated it already in evaluation; the engine's text holds the block in training), so that rewards that
         # read the reply (trace.last_reply) score the same in both
-        reasoning = getattr(choice.message, "reasoning", None) or getattr(choice.message, "reasoning_content", None)
+        reasoning = reply_reasoning(choice.message)
         content = text
         if not reasoning:
             reasoning, content = split_reasoning(text)

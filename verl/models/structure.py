@@ -5,6 +5,8 @@ sequence-parallel code can use it without importing them (they import those)."""
 
 from torch import nn
 
+from verl.models.config import EXPERT_COUNT_KEYS
+
 
 _VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model")
 
@@ -29,7 +31,7 @@ def matmul_flops_per_token(model: nn.Module) -> tuple[float, float]:
     count num_experts_per_tok of every num_experts (those a token is routed to), and an input embedding (a lookup)
     counts only as the tied LM head. Attention scores and recomputation are not counted."""
     config = model.config.get_text_config()
-    experts = next((getattr(config, n, None) for n in _EXPERT_COUNTS if getattr(config, n, None)), None)
+    experts = next((getattr(config, n, None) for n in EXPERT_COUNT_KEYS if getattr(config, n, None)), None)
     routed = getattr(config, "num_experts_per_tok", None)
     share = routed / experts if experts and routed else 1.0
     embedding = model.get_input_embeddings().weight
@@ -45,6 +47,3 @@ def matmul_flops_per_token(model: nn.Module) -> tuple[float, float]:
         else:
             body_flops += used
     return body_flops, head_flops
-
-
-_EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")

@@ -26,6 +26,7 @@ from typing import Any
 from verl.serve import chat, completions, responses
 from verl.serve.engine_loop import CLIENT, Client, ClientGone
 from verl.serve.request_checks import RequestError
+from verl.utils.cli import LOG_FORMAT
 
 
 logger = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         bound = bind(args.host, args.port)
     except (OSError, OverflowError) as error:
         parser.error(f"--host {args.host} --port {args.port}: cannot listen there ({error}).")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     from verl.utils import quiet
 
     quiet.install_worker_filters()  # as the trainer's workers do, before vLLM and transformers are imported

@@ -25,7 +25,6 @@ from verl.utils.config import (
     command_line_sources,
     merge_config,
     require_dataset_files,
-    require_non_negative,
     require_pixel_range,
     require_positive,
     require_seed,
@@ -103,7 +102,6 @@ class SFTDataConfig:
         if self.truncation not in TRUNCATIONS:
             raise ConfigError(f"{prefix}truncation is '{self.truncation}'; choose one of: {', '.join(TRUNCATIONS)}.")
         require_positive(self, prefix, "max_length", "batch_size", "val_batch_size")
-        require_non_negative(self, prefix, "seed")
         require_pixel_range(self, prefix)
 
     def check_files(self, prefix: str) -> None:
