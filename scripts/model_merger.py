@@ -292,6 +292,10 @@ def merge(
                 f"'{local_dir}' keeps its adapter config in huggingface/ (a checkpoint written before it moved out), "
                 "where a merged model would load as an adapter; pass --target_dir (another folder)."
             )
+    if adapter_config is not None and not adapter_only:  # a hub id's base model: no minutes of retries offline
+        from verl.utils.hub import offline_unless_reachable
+
+        offline_unless_reachable({"base_model": base_model or adapter_config.get("base_model_name_or_path") or ""})
     if adapter_config is None:
         for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
             if given:

@@ -214,6 +214,38 @@ def test_lora_options_on_a_full_checkpoint_are_refused(checkpoint, tmp_path) -> 
         )
 
 
+def test_a_lora_checkpoint_whose_base_is_a_hub_id_goes_offline_when_the_hub_cannot_be_reached(checkpoint, tmp_path):
+    """huggingface_hub retried each file of the base model with back-off (minutes on a machine without network, 2.5
+    minutes in one test) before the merger said it cannot be loaded: it goes offline at once, as the trainer does."""
+    import torch.distributed.checkpoint as dcp
+
+    from verl.utils import quiet
+
+    actor, _ = checkpoint
+    lora = tmp_path / "global_step_1" / "actor"
+    adapters = {"model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(8, 64)}
+    with quiet.one_process_checkpoint_io():
+        dcp.save({"model": adapters}, checkpoint_id=str(lora), no_dist=True)
+    shutil.copytree(os.path.join(actor, "huggingface"), lora / "huggingface")
+    config = {"base_model_name_or_path": "Org/Model", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+    (lora / "adapter_config.json").write_text(json.dumps(config))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    env = {key: value for key, value in hub_env(tmp_path, HF_ENDPOINT=endpoint).items() if key != "HF_HUB_OFFLINE"}
+    env = {key: value for key, value in env.items() if "proxy" not in key.lower()}
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--local_dir", str(lora), "--target_dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Org/Model load from the local cache only" in proc.stderr and "Retrying" not in proc.stderr
+    assert "The base model 'Org/Model' cannot be loaded" in proc.stderr
+
+
 def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
     actor = tmp_path / "global_step_5" / "actor"
     (actor / "huggingface").mkdir(parents=True)

@@ -422,18 +422,22 @@ def test_a_kv_cache_too_small_for_a_hybrid_model_ends_the_run_with_one_error_nam
 
 
 def test_qwen3_5_resume_gives_the_same_next_step(workspace):
-    """A Qwen3.5 run with images stopped after two steps and resumed takes the step a straight run takes: the bf16
-    engine's samples, the rewards, the update. Rewards that differ within a group, so the update moves the weights."""
+    """A Qwen3.5 run with images resumed from another run's step 2 (trainer.load_checkpoint_path, into a folder of its
+    own) takes the step 3 that run took: the bf16 engine's samples, the rewards, the update. Rewards that differ
+    within a group, so the update moves the weights."""
     root = workspace["root"]
     reward = root / "variety_reward.py"
     reward.write_text("def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n")
-    common = (f"{reward}:compute_score",)
-    run_ppo(load_config(vl_args(workspace, "qwen3_5", "straight_qwen3_5", *common, "trainer.max_steps=3")))
-    run_ppo(load_config(vl_args(workspace, "qwen3_5", "interrupted_qwen3_5", *common, "trainer.max_steps=2")))
-    run_ppo(load_config(vl_args(workspace, "qwen3_5", "interrupted_qwen3_5", *common, "trainer.max_steps=3")))
+    common = (f"{reward}:compute_score", "trainer.max_steps=3")
+    run_ppo(load_config(vl_args(workspace, "qwen3_5", "straight_qwen3_5", *common, "trainer.save_freq=2")))
+    step_2 = f"trainer.load_checkpoint_path={root / 'straight_qwen3_5' / 'global_step_2'}"
+    run_ppo(load_config(vl_args(workspace, "qwen3_5", "resumed_qwen3_5", *common, step_2)))
     straight = {row["step"]: row for row in read_log(root / "straight_qwen3_5") if "actor/pg_loss" in row}
-    resumed = [row for row in read_log(root / "interrupted_qwen3_5") if row["step"] == 3 and "actor/pg_loss" in row]
-    assert len(resumed) == 1 and straight[3]["actor/grad_norm"] > 0
+    resumed = [row for row in read_log(root / "resumed_qwen3_5") if "actor/pg_loss" in row]
+    assert [row["step"] for row in resumed] == [3] and straight[3]["actor/grad_norm"] > 0
+    assert (root / "resumed_qwen3_5" / "global_step_3").is_dir() and not (
+        root / "resumed_qwen3_5" / "global_step_2"
+    ).exists()
     for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
         assert resumed[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key
 
@@ -748,12 +752,12 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace, capsys
         "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
     )
     lora = (*LORA, f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score")
-    run_ppo(load_config(text_args(workspace, "lora_straight", *lora, "trainer.max_steps=3")))
-    run_ppo(load_config(text_args(workspace, "lora_interrupted", *lora, "trainer.max_steps=2")))
-    run_ppo(load_config(text_args(workspace, "lora_interrupted", *lora, "trainer.max_steps=3")))
+    run_ppo(load_config(text_args(workspace, "lora_straight", *lora, "trainer.max_steps=3", "trainer.save_freq=2")))
+    step_2 = f"trainer.load_checkpoint_path={root / 'lora_straight' / 'global_step_2'}"  # its adapters alone
+    run_ppo(load_config(text_args(workspace, "lora_resumed", *lora, "trainer.max_steps=3", step_2)))
     straight = {row["step"]: row for row in read_log(root / "lora_straight") if "actor/pg_loss" in row}
-    resumed = {row["step"]: row for row in read_log(root / "lora_interrupted") if "actor/pg_loss" in row}
-    assert sorted(resumed) == [1, 2, 3]
+    resumed = {row["step"]: row for row in read_log(root / "lora_resumed") if "actor/pg_loss" in row}
+    assert sorted(resumed) == [3]
     # zero-initialised lora_B: at step 1 the policy is the base model, which is the reference (adapters off)
     assert straight[1]["actor/kl_loss"] == 0.0 and straight[3]["actor/kl_loss"] > 0
     assert all(row["rollout/weight_sync_mean_gap"] < 1e-3 for row in straight.values())
