@@ -570,6 +570,27 @@ def test_a_request_the_endpoint_never_answers_times_out(tmp_path):
     assert "timed out" in proc.stderr.lower(), proc.stderr
 
 
+def test_a_hub_tokenizer_goes_offline_at_once_where_the_hub_cannot_be_reached(tmp_path):
+    """--tokenizer Org/Model on a machine without the hub: huggingface_hub's retries with back-off before the error
+    (as the trainer and the merger, evaluate goes offline at once, saying so)."""
+    import socket
+    import subprocess
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n")
+    command = [sys.executable, "-m", "verl.envs.evaluate", "--data", str(data), "--model", "m"]
+    command += ["--base-url", f"http://127.0.0.1:{port}/v1", "--tokenizer", "Org/Model"]
+    settings = ("HF_HUB_OFFLINE", "USE_MODELSCOPE_HUB")
+    env = {k: v for k, v in os.environ.items() if k not in settings and "proxy" not in k.lower()}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert proc.returncode == 1 and "evaluate: --tokenizer Org/Model cannot be loaded" in proc.stderr, proc.stderr
+    assert "Org/Model load from the local cache only" in proc.stderr and "Retrying" not in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # --response-length: training's shared budget, counted as the endpoint counts
 

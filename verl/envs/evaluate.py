@@ -691,6 +691,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from verl.utils.hub import offline_unless_reachable
+
+    offline_unless_reachable({"data": args.data, "tokenizer": args.tokenizer})  # before huggingface_hub's import
     import openai
 
     try:  # the inputs first, then the endpoint: each failure is one line naming the option
