@@ -386,10 +386,12 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
     """The driver of a colocated run with max_staleness=1 is killed with SIGKILL after its third checkpoint (the
     engines hold the next step's prompts, maybe half generated, and later steps may be done but not saved); the next
     run resumes from the last complete checkpoint, regenerates the prompts that were in flight, and over steps 1-6
-    every prompt is trained exactly once, n samples each."""
+    every prompt is trained exactly once, n samples each; no process of the killed run outlives it."""
     import subprocess
     import sys
     import time
+
+    import psutil
 
     from verl.trainer.checkpointing import CheckpointTracker, is_complete
 
@@ -408,12 +410,17 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             assert time.monotonic() < deadline, "no third checkpoint within 300 s"
             time.sleep(0.2)
+        run = psutil.Process(proc.pid).children(recursive=True)
+        assert any("raylet" in " ".join(p.cmdline()) for p in run)
     finally:
         proc.kill()
         proc.communicate()
     last = CheckpointTracker.load(str(save)).last_global_step
     assert last >= 3 and is_complete(str(save / f"global_step_{last}"))
     run_ppo(load_config([*args, f"trainer.max_steps={last + 3}"]))
+    # Ray's daemons die with the driver, but its agents and workers lived ~80 s more: the reaper ends them
+    _, alive = psutil.wait_procs(run, timeout=40)  # its last look, SIGTERM, its grace, SIGKILL
+    assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
     log = read_log(save)
     assert max(log) == last + 3 and log[last + 1]["async/staleness_max"] <= 1.0
     trained = [record["prompt"] for step in range(1, last + 4) for record in read_rollouts(save, step)]
