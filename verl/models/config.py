@@ -256,18 +256,13 @@ def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
     """The names in `lora.target_modules` that no layer of the model at `model_path` has, as peft matches them (the
     module's name, or its last parts), read from the weight names of its safetensors files (their headers: no model
     is built). [] for "all-linear", or where the weights cannot be read here (the workers then say it)."""
-    from safetensors import safe_open
+    from verl.utils.hub import safetensors_shapes
 
-    from verl.utils.hub import safetensors_files
-
-    if lora.target_modules == "all-linear":
+    if lora.target_modules == "all-linear":  # (no file read)
         return []
     try:
-        modules = set()
-        for path in safetensors_files(model_path):
-            with safe_open(path, framework="pt") as f:
-                modules.update("." + name.rsplit(".", 1)[0] for name in f.keys())
-    except Exception:  # an id not in the cache, a folder of other formats or an unreadable file
+        modules = {"." + name.rsplit(".", 1)[0] for name in safetensors_shapes(model_path)}
+    except Exception:  # an unreadable file
         return []
     return unmatched_names(lora.target_modules, modules) if modules else []
 

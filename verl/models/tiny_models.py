@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from verl.models.config import TEXT_ONLY_VISION_LANGUAGE_TYPES, VISION_LANGUAGE_MODEL_TYPES
 from verl.models.transformers_compat import save_model_folder
-from verl.utils.hub import safetensors_files
+from verl.utils.hub import safetensors_shapes
 
 
 if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
@@ -1033,18 +1033,9 @@ def get_or_build_tiny_model(kind: ModelKind, cache_root: str, seed: int = 0, **s
 
 def count_parameters(model_dir: str) -> dict[str, int]:
     """Parameter counts of a saved tiny model: total and the vision tower's (0 for text models)."""
-    from safetensors import safe_open
-
     towers = ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
-    total = vision = 0
-    for path in safetensors_files(model_dir):
-        with safe_open(path, framework="pt") as f:
-            for key in f.keys():
-                numel = math.prod(f.get_slice(key).get_shape())
-                total += numel
-                if key.startswith(towers):
-                    vision += numel
-    return {"total": total, "vision": vision}
+    counts = {key: math.prod(shape) for key, shape in safetensors_shapes(model_dir).items()}
+    return {"total": sum(counts.values()), "vision": sum(n for key, n in counts.items() if key.startswith(towers))}
 
 
 def main(argv: list[str] | None = None) -> int:
