@@ -67,10 +67,20 @@ def test_recipe_config_is_valid(recipe, monkeypatch, tmp_path):
             assert set(config.worker.reward.routes) == {"math", "code"}
             assert all(spec.startswith(REPO) for spec in config.worker.reward.routes.values())
             assert config.data.response_length_schedule[700] == config.data.max_response_length
+            assert_validation_columns(config)
         return
     config = load_config(args)
     assert config.worker.reward.reward_function.startswith(REPO)
     assert config.data.format_prompt is None or os.path.isfile(config.data.format_prompt)
+    assert_validation_columns(config)
+
+
+def assert_validation_columns(config) -> None:
+    """One data.prompt_key / answer_key serves both files: a recipe that renames the columns of its training set
+    must not keep the base config's validation set (math12k: `problem`, `answer`), which stopped the run at start."""
+    base = load_config([f"config={REPO}/examples/config.yaml"]).data
+    if config.data.val_files == base.val_files:
+        assert (config.data.prompt_key, config.data.answer_key) == (base.prompt_key, base.answer_key)
 
 
 def test_dapo_recipe_gives_its_reward_the_runs_response_budget(monkeypatch):

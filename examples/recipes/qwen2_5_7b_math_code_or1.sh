@@ -2,10 +2,14 @@
 # Skywork-OR1-style math + code reasoning: one mixed dataset whose rows name their reward (math-verify for math,
 # the sandboxed code runner for code), staged context 8k -> 16k -> 32k, adaptive entropy control, no KL.
 # Prepare the data first: python examples/recipes/prepare_or1_data.py --output data/or1
+# Its prompts carry their own instructions (no math template); to validate, prepare a held-out file the same way and
+# pass it as data.val_files (the base config's math12k names its columns otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 -m verl.trainer.main config=examples/config.yaml \
     data.train_files=data/or1/train.jsonl \
+    data.val_files= \
+    data.format_prompt=null \
     data.prompt_key=prompt \
     data.answer_key=answer \
     data.max_prompt_length=2048 \
@@ -22,7 +26,6 @@ python3 -m verl.trainer.main config=examples/config.yaml \
     worker.actor.model.model_path=Qwen/Qwen2.5-7B-Instruct \
     worker.rollout.n=16 \
     worker.rollout.max_num_batched_tokens=36864 \
-    worker.reward.num_cpus=8 \
     'worker.reward.routes={math: ./examples/reward_function/math_verify.py:compute_score, code: ./examples/reward_function/code.py:compute_score}' \
     'worker.reward.routes_kwargs={code: {max_workers: 8, wall_s: 10.0, memory_mb: 2048}}' \
     trainer.experiment_name=qwen2_5_7b_math_code_or1 \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # DAPO: clip-higher, dynamic sampling (online filtering), token-mean loss, no KL, overlong reward shaping.
 # Qwen3 thinks before it answers; for its non-thinking mode add 'data.chat_template_kwargs={enable_thinking: false}'.
+# No validation set: data.prompt_key and data.answer_key serve both files, and math12k's columns (the base config's
+# validation set) are named otherwise; pass data.val_files= a split with `prompt` and `solution` columns to validate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The overlong punishment needs the run's response budget: change it here (not with a data.max_response_length
@@ -9,6 +11,7 @@ MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-2048}
 OVERLONG_BUFFER_LEN=${OVERLONG_BUFFER_LEN:-512}
 python3 -m verl.trainer.main config=examples/config.yaml \
     data.train_files=open-r1/DAPO-Math-17k-Processed@train \
+    data.val_files= \
     data.prompt_key=prompt \
     data.answer_key=solution \
     data.format_prompt=./examples/format_prompt/dapo.jinja \

@@ -445,8 +445,12 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
     assert "<|im_start|>tool\n2<|im_end|>" in agent["prompt_text"] and agent["prompt_messages"][2] == turns[2]
     with pytest.raises(ValueError, match=r"reward_model has no field 'answer' \(its fields in the first row: \['gr"):
         RLHFDataset([row], text_tokenizer, answer_key="reward_model.answer")
-    with pytest.raises(ValueError, match="has no column 'label.ground_truth' \\(data.answer_key\\)"):
+    with pytest.raises(ValueError, match="has no column 'label.ground_truth' \\(data.answer_key\\)") as missing:
         RLHFDataset([row], text_tokenizer, answer_key="label.ground_truth")
+    # a validation set's other column names are a common cause: the advice says that one key serves both files
+    assert str(missing.value).endswith(
+        "(one data.answer_key serves data.train_files and data.val_files: their columns must be named alike)."
+    )
 
 
 def test_a_rows_tools_are_described_in_its_prompt_alike_from_memory_json_text_and_parquet(tmp_path, text_tokenizer):

@@ -241,7 +241,8 @@ class RLHFDataset(Dataset):
             if key not in columns and not (name == "data.answer_key" and key.split(".")[0] in columns):
                 raise ValueError(
                     f"{self.source.description} has no column {key!r} ({name}); its columns are {columns}. "
-                    f"Set {name} to the right column."
+                    f"Set {name} to the right column (one {name} serves data.train_files and data.val_files: their "
+                    "columns must be named alike)."
                 )
         if self.answer_key not in columns:  # a nested path (reward_model.ground_truth): its fields, in the first row
             value: Any = self.source.row(0)
