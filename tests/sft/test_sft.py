@@ -614,7 +614,11 @@ def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:
     (tmp_path / "train.jsonl").write_text("{}\n")
     args = [f"config={REPO}/examples/sft.yaml", f"data.train_files={tmp_path / 'train.jsonl'}"]
     assert main([*args, "--dry-run"]) == 0
-    assert "messages_key: messages" in capsys.readouterr().out
+    dumped = capsys.readouterr().out
+    assert "messages_key: messages" in dumped
+    (tmp_path / "dumped.yaml").write_text(dumped)  # loads again as config= (its derived keys were refused)
+    assert main([f"config={tmp_path / 'dumped.yaml'}", "--dry-run"]) == 0
+    assert capsys.readouterr().out == dumped
     assert main([*args, "data.max_length=-1"]) == 2
     assert "data.max_length" in capsys.readouterr().err
 

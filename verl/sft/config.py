@@ -18,7 +18,7 @@ from verl.models.config import (
     check_trained_dtype,
     refuse_lora_on_experts,
 )
-from verl.trainer.config import BaseTrainerConfig
+from verl.trainer.config import BaseTrainerConfig, without_copies
 from verl.utils.config import (
     ConfigError,
     absolute_path,
@@ -191,9 +191,10 @@ def validate_sft_config(config: SFTConfig) -> None:
 
 def load_sft_config(argv: list[str]) -> SFTConfig:
     """Build the SFTConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
-    sources = command_line_sources(argv)
-    for source_name, values in sources:  # the lr schedule's length is the run's step count
-        set_keys(values, {"worker.optim.training_steps": "trainer.max_steps or trainer.total_epochs"}, source_name)
+    run_derived = {"worker.optim.training_steps": "trainer.max_steps or trainer.total_epochs"}  # the lr schedule's
+    sources = without_copies(command_line_sources(argv), SFTConfig(), {}, run_derived)
+    for source_name, values in sources:
+        set_keys(values, run_derived, source_name)
     config = merge_config(SFTConfig, sources)
     data, model, trainer = config.data, config.worker.model, config.trainer
     for key in ("train_files", "val_files", "image_dir", "override_chat_template"):

@@ -511,26 +511,25 @@ RUN_DERIVED_KEYS: dict[str, str] = {
 """Keys the runner fills in once the data is loaded (the lr schedule's length); setting them is an error too."""
 
 
-def _without_copies(values: Mapping) -> Mapping:
-    """A config file as `--dry-run` prints a resolved config, which holds every derived key beside its source: the
-    ones equal to their source (or, for RUN_DERIVED_KEYS, to their placeholder) are left out, so that file loads
-    again; a derived key that differs is still refused."""
-    default = PPOConfig()
-    copies = [
-        key
-        for key, source in DERIVED_KEYS.items()
-        if _found(values, key) and _get(values, key) == _get(values, source)
-    ]
-    copies += [
-        key for key in RUN_DERIVED_KEYS if _found(values, key) and _get(values, key) == attrgetter(key)(default)
-    ]
-    if not copies:
-        return values
-    values = copy.deepcopy(dict(values))
-    for key in copies:
-        section, _, name = key.rpartition(".")
-        _get(values, section).pop(name)
-    return values
+def without_copies(
+    sources: list[tuple[str, dict]], default: Any, derived: Mapping[str, str], run_derived: Mapping[str, str]
+) -> list[tuple[str, dict]]:
+    """`sources` with each config file read as `--dry-run` prints a resolved config, which holds every derived key
+    beside its source: the ones equal to their source (or, for the `run_derived` keys, to their placeholder in
+    `default`) are left out, so that file loads again; a derived key that differs is still refused."""
+    cleaned = []
+    for name, values in sources:
+        copies = [
+            key for key, source in derived.items() if _found(values, key) and _get(values, key) == _get(values, source)
+        ]
+        copies += [key for key in run_derived if _found(values, key) and _get(values, key) == attrgetter(key)(default)]
+        if copies and name.startswith("config file"):
+            values = copy.deepcopy(dict(values))
+            for key in copies:
+                section, _, field_name = key.rpartition(".")
+                _get(values, section).pop(field_name)
+        cleaned.append((name, values))
+    return cleaned
 
 
 _MISSING = object()
@@ -646,10 +645,7 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
 
 def load_config(argv: list[str]) -> PPOConfig:
     """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
-    sources = command_line_sources(argv)
-    sources = [
-        (name, _without_copies(values) if name.startswith("config file") else values) for name, values in sources
-    ]
+    sources = without_copies(command_line_sources(argv), PPOConfig(), DERIVED_KEYS, RUN_DERIVED_KEYS)
     for source_name, values in sources:
         set_keys(values, {**DERIVED_KEYS, **RUN_DERIVED_KEYS}, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))
