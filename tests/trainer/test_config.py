@@ -810,6 +810,13 @@ def test_secrets_are_masked_in_config_dumps(files, capsys):
     config = load_config(args)
     assert config.worker.reward.reward_function_kwargs["api_key"] == "sk-live-123"  # the function still gets it
     assert config_to_dict(config)["worker"]["reward"]["reward_function_kwargs"]["api_key"] == "***"
+    # the dump loaded again would give the function '***' for its key: refused, naming it, unless the key is given
+    (files / "dumped.yaml").write_text(out)
+    with pytest.raises(ConfigError, match=r"'worker.reward.reward_function_kwargs.api_key' is '\*\*\*', the mask"):
+        load_config([f"config={files / 'dumped.yaml'}"])
+    secrets = "worker.reward.reward_function_kwargs={api_key: sk-live-123, retries: {auth_token: t0k}}"
+    reloaded = load_config([f"config={files / 'dumped.yaml'}", secrets])
+    assert reloaded.worker.reward.reward_function_kwargs == config.worker.reward.reward_function_kwargs
 
 
 def test_settings_named_like_tokens_are_not_masked(files, capsys):

@@ -191,7 +191,7 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
     except OmegaConfBaseException as err:
         full_key = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"Config key '{full_key}' is invalid: {str(err).splitlines()[0]}.") from None
-    reject_nan(config)
+    reject_unusable(config)
     return config
 
 
@@ -210,20 +210,26 @@ def _container_mismatch(schema: type, user: Mapping, prefix: str = "") -> str | 
     return None
 
 
-def reject_nan(value: Any, key: str = "") -> None:
-    """No number anywhere in the config is nan: no setting means "not a number", and nan would pass every range
-    check (each comparison with it is false)."""
+def reject_unusable(value: Any, key: str = "") -> None:
+    """No number anywhere in the config is nan (no setting means "not a number", and nan would pass every range
+    check: each comparison with it is false), and no secret is the mask a dump writes for it (a `--dry-run` dump
+    loaded again would give a reward function or tracker the string '***')."""
     if dataclasses.is_dataclass(value):
         for item in dataclasses.fields(value):
-            reject_nan(getattr(value, item.name), f"{key}.{item.name}" if key else item.name)
+            reject_unusable(getattr(value, item.name), f"{key}.{item.name}" if key else item.name)
     elif isinstance(value, dict):
         for name, item in value.items():
-            reject_nan(item, f"{key}.{name}" if key else str(name))
+            reject_unusable(item, f"{key}.{name}" if key else str(name))
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            reject_nan(item, f"{key}[{index}]")
+            reject_unusable(item, f"{key}[{index}]")
     elif isinstance(value, float) and math.isnan(value):
         raise ConfigError(f"Config key '{key}' is nan; give a number.")
+    elif value == MASK and SECRET_KEY.search(key.rpartition(".")[2]):
+        raise ConfigError(
+            f"Config key '{key}' is '{MASK}', the mask a config dump writes in place of a secret; give the secret "
+            f"itself ({key}=... on the command line, or in the config file)."
+        )
 
 
 def _lookup(mapping: Mapping, dotted: str) -> Any:
