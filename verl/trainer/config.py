@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, ClassVar
 
 from verl.algorithms.rollout_correction import CorrectionSettings
 from verl.algorithms.schedules import check_response_length_schedule
@@ -483,6 +483,9 @@ class PPOConfig:
     """Actor, critic, reference, reward and rollout workers."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     """The training loop."""
+    UNSUPPORTED_KEYS: ClassVar[tuple[str, ...]] = ("worker.critic.model.lora.",)
+    """Keys the schema shares with another section that validation always refuses here (--help-config leaves them
+    out): LoRA is the actor's only."""
 
 
 # Keys the loader fills in from another key (`_copy_derived`); setting them is an error that names the key to set.
