@@ -363,7 +363,7 @@ add_kind(
         label="advantage estimator",
         key="algorithm.adv_estimator",
         signature="def estimator(token_level_rewards, response_mask, [index], [values], [reward_baselines], [gamma], "
-        "[lam], [norm_adv_by_std_in_grpo]) -> tuple[advantages, returns], taking only the inputs it uses, by these "
+        "[lam], [norm_adv_by_std_in_grpo], [grpo_std_scope]) -> tuple[advantages, returns], taking only the inputs it uses, by these "
         "names; all tensors (B, L) but index (B,) group ids and reward_baselines (B,)",
         check=_check_user_estimator,
         register=_register_user_estimator,

@@ -384,7 +384,7 @@ def _check_same_shapes(path: str, model_path: str | None, model_key: str, saved:
         raise RuntimeError(
             f"Cannot resume from {path}: it was trained from another model than {model_key}.model_path="
             f"{model_path} ({'; '.join(differ)}). Point {model_key}.model_path at the checkpoint's model, or "
-            "start a new run in another trainer.save_checkpoint_path (or set trainer.find_last_checkpoint=false)."
+            "start a new run in another trainer.save_checkpoint_path."
         )
 
 
