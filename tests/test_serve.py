@@ -863,6 +863,31 @@ def test_chat_template_kwargs_of_a_request_reach_the_template(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_hybrid_model_is_served_on_the_cpu_as_the_rollout_runs_it(tmp_path):
+    """Qwen3.5's Gated DeltaNet layers: vLLM's CPU kernel asserts bf16, and the server ran fp32, so every request was
+    a 500 ("CPU GDN attention requires BF16."); it now runs them as the rollout does (in bf16, prefix caching off)."""
+    import torch
+    from openai import OpenAI
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.utils import device
+
+    if device.get_device_type() != "cpu":
+        pytest.skip("the CPU engine's settings")
+    engine = ChatEngine(get_or_build_tiny_model("qwen3_5", str(tmp_path)), "tiny", 256, 16, "float32")
+    server, url = serve(engine)
+    try:
+        assert engine.llm.llm_engine.model_config.dtype == torch.bfloat16
+        reply = OpenAI(base_url=url, api_key="unused").chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0.0
+        )
+        assert reply.usage.completion_tokens > 0
+    finally:
+        server.shutdown()
+        engine.close()
+
+
+@pytest.mark.slow
 def test_concurrent_requests_share_the_engine(live):
     """20 requests at once all get their own greedy reply, the one each gets alone, and the engine held several at
     a time (one engine loop batches them; a lock around each request would keep its count at 1)."""

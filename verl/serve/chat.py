@@ -310,7 +310,14 @@ class ChatEngine:
             # (docs/performance.md); set before vLLM is imported
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
+        from verl.models.config import model_recurrent_layer_types
         from verl.workers.rollout import vllm_compat
+
+        if on_cpu and model_recurrent_layer_types(model):  # every request failed: "CPU GDN attention requires BF16."
+            hybrid = vllm_compat.cpu_hybrid_engine_kwargs()  # Qwen3.5's Gated DeltaNet, as the rollout runs it
+            if dtype not in ("auto", hybrid["dtype"]):
+                logger.warning("--dtype %s: this hybrid model runs in %s on the CPU.", dtype, hybrid["dtype"])
+            kwargs.update(hybrid)
 
         self.llm = vllm_compat.start_engine("--kv-cache-mb or --max-model-len", **kwargs)
         self.name = name
