@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from verl.algorithms.masked_ops import masked_whiten
-from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_inputs, register_if_spec
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_inputs, register_once, require_known
 
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -39,9 +39,7 @@ def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[Adv
     `worker.rollout.n > 1`."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        if name in _ADV_ESTIMATORS:
-            raise ValueError(f"Advantage estimator {name!r} is already registered; pick another name.")
-        _ADV_ESTIMATORS[name] = fn
+        register_once(_ADV_ESTIMATORS, name, fn, "Advantage estimator")
         if grouped:
             _GROUPED_ADV_ESTIMATORS.add(name)
         return fn
@@ -51,10 +49,7 @@ def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[Adv
 
 def get_adv_estimator(name: str) -> AdvantageFn:
     """The estimator `name`, or one loaded from "file.py:function"; an unknown name raises ValueError."""
-    if name not in _ADV_ESTIMATORS and not register_if_spec("adv_estimator", name):
-        raise ValueError(
-            f"Unknown algorithm.adv_estimator {name!r}; choose one of {', '.join(sorted(_ADV_ESTIMATORS))}, or your own function as 'path/to/file.py:function'."
-        )
+    require_known("adv_estimator", _ADV_ESTIMATORS, name, "algorithm.adv_estimator", sorted(_ADV_ESTIMATORS))
     return _ADV_ESTIMATORS[name]
 
 

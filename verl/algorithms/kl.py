@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from verl.algorithms.masked_ops import Count, agg_loss, masked_mean
-from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_if_spec
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_once, require_known
 
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -29,9 +29,7 @@ def register_kl_penalty(*names: str, straight_through: bool = True) -> Callable[
     def decorator(fn: KLFn) -> KLFn:
         variants = [(name, False) for name in names] + [(f"{name}+", True) for name in names if straight_through]
         for name, is_straight_through in variants:
-            if name in _KL_PENALTIES:
-                raise ValueError(f"KL estimator {name!r} is already registered; pick another name.")
-            _KL_PENALTIES[name] = (fn, is_straight_through)
+            register_once(_KL_PENALTIES, name, (fn, is_straight_through), "KL estimator")
         return fn
 
     return decorator
@@ -75,11 +73,7 @@ def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty:
     - "full": the exact KL from (B, L, vocab) log-distributions.
     - "<name>+": the value of <name> with the gradient of k2 (Tang and Munos 2025, arXiv 2506.09477): k1 and k3 as
       losses have the wrong gradient."""
-    if kl_penalty not in _KL_PENALTIES and not register_if_spec("kl_penalty", kl_penalty):
-        names = ", ".join(registered_kl_penalties())
-        raise ValueError(
-            f"Unknown algorithm.kl_penalty {kl_penalty!r}; choose one of {names}, or your own function as 'path/to/file.py:function'."
-        )
+    require_known("kl_penalty", _KL_PENALTIES, kl_penalty, "algorithm.kl_penalty", registered_kl_penalties())
     estimator, straight_through = _KL_PENALTIES[kl_penalty]
     log_probs, ref_log_probs = log_probs.float(), ref_log_probs.float()
     value = estimator(log_probs, ref_log_probs)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_if_spec
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_once, require_known
 
 
 Count = float | int | torch.Tensor
@@ -92,9 +92,7 @@ def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:
     """Register a loss aggregation under `name` (a value of `actor.loss_avg_mode` / `critic.loss_avg_mode`)."""
 
     def decorator(fn: LossAggFn) -> LossAggFn:
-        if name in _LOSS_AVG_MODES:
-            raise ValueError(f"Loss aggregation {name!r} is already registered; pick another name.")
-        _LOSS_AVG_MODES[name] = fn
+        register_once(_LOSS_AVG_MODES, name, fn, "Loss aggregation")
         return fn
 
     return decorator
@@ -134,11 +132,7 @@ def agg_loss(
     worker multiplies by the world size before `backward` to undo the DP gradient average. Seq-mean modes need
     sequences unsplit. `max_response_length` should be the configured constant, data.max_response_length (default:
     the padded width L, which is the stage's length under data.response_length_schedule)."""
-    if loss_avg_mode not in _LOSS_AVG_MODES and not register_if_spec("loss_avg_mode", loss_avg_mode):
-        modes = ", ".join(_LOSS_AVG_MODES)
-        raise ValueError(
-            f"Unknown loss_avg_mode {loss_avg_mode!r}; choose one of {modes}, or your own function as 'path/to/file.py:function'."
-        )
+    require_known("loss_avg_mode", _LOSS_AVG_MODES, loss_avg_mode, "loss_avg_mode")
     _check_count("global_token_count", global_token_count)
     _check_count("global_seq_count", global_seq_count)
     mask = loss_mask.to(loss_mat.dtype)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from verl.algorithms.masked_ops import Count, agg_loss, masked_mean
-from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_if_spec
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_once, require_known
 
 
 LOG_RATIO_CLAMP = 20.0
@@ -86,9 +86,7 @@ def register_policy_loss(
     from its default is refused at validation, as it would be dropped silently."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in _POLICY_LOSSES:
-            raise ValueError(f"Policy loss {name!r} is already registered; pick another name.")
-        _POLICY_LOSSES[name] = fn
+        register_once(_POLICY_LOSSES, name, fn, "Policy loss")
         _POLICY_LOSS_OPTIONS[name] = options
         if loss_avg_mode is not None:
             _POLICY_LOSS_AVG_MODES[name] = loss_avg_mode
@@ -242,10 +240,7 @@ def compute_policy_loss(
     Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
     `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate
     of KL(pi_old || pi))."""
-    if loss_type not in _POLICY_LOSSES and not register_if_spec("policy_loss", loss_type):
-        raise ValueError(
-            f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}, or your own function as 'path/to/file.py:function'."
-        )
+    require_known("policy_loss", _POLICY_LOSSES, loss_type, "actor.loss_type")
     check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     log_probs, mask = log_probs.float(), response_mask.float()
     log_ratio = log_probs - old_log_probs.float()

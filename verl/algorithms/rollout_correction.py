@@ -16,7 +16,7 @@ import torch
 
 from verl.algorithms.masked_ops import masked_mean
 from verl.algorithms.policy_losses import LOG_RATIO_CLAMP
-from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_inputs, register_if_spec
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_inputs, register_once, require_known
 
 
 CORRECTION_MODES: tuple[str, ...] = ("none", "bypass", "tis", "icepop", "seq_is", "seq_mis", "geo_rs", "decoupled")
@@ -49,11 +49,7 @@ class CorrectionSettings:
 
     def validate(self, prefix: str = "algorithm.rollout_correction") -> None:
         """Raise ValueError naming the key of an unknown mode, a non-positive cap or bound, or a band low >= high."""
-        if self.mode not in _MODES and not register_if_spec("rollout_correction", self.mode):
-            raise ValueError(
-                f"Unknown {prefix}.mode {self.mode!r}; choose one of {', '.join(_MODES)}, or your own function as "
-                "'path/to/file.py:function'."
-            )
+        require_known("rollout_correction", _MODES, self.mode, f"{prefix}.mode")
         if not self.is_cap > 0:
             raise ValueError(f"{prefix}.is_cap must be positive, got {self.is_cap}.")
         for low_key, high_key in (("mask_low", "mask_high"), ("seq_low", "seq_high"), ("geo_low", "geo_high")):
@@ -137,15 +133,12 @@ def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn
     tokens stay in the loss normaliser (and `masked_share`); tokens outside the returned mask leave it."""
 
     def decorator(fn: CorrectionFn) -> CorrectionFn:
-        if name in _MODES:
-            raise ValueError(f"Correction mode {name!r} is already registered; pick another name.")
-
         def mode(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
             weights, kept = fn(lr.token, lr.mask, s)
             rejected = None if kept is None else ~kept & (lr.mask > 0)
             return _ModeTerms(lr.rho, weights, filtered=weights == 0, rejected=rejected)
 
-        _MODES[name] = mode
+        register_once(_MODES, name, mode, "Correction mode")
         return fn
 
     return decorator

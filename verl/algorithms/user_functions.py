@@ -3,14 +3,14 @@
 """An algorithm from the user's own file: `path/to/file.py:function` wherever a registered name is accepted (five
 kinds: advantage estimator, policy loss, KL estimator, loss aggregation, off-policy correction; each registry module
 declares its kind via `add_kind`). The function is imported once per process, its signature checked, and registered
-under the spec itself: the driver at config validation, a Ray worker on its first lookup (`register_if_spec`). Wrappers
+under the spec itself: the driver at config validation, a Ray worker on its first lookup (`require_known`). Wrappers
 check outputs, naming file, function and step (`Where`). Signatures: README.md's "Your own algorithm"."""
 
 import contextlib
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -163,13 +163,26 @@ def register_user_function(kind_name: str, spec: str, key: str | None = None) ->
     _REGISTERED.add((kind_name, spec))
 
 
-def register_if_spec(kind_name: str, name: str) -> bool:
-    """For a registry that does not know `name`: register it if it is a file spec (True), else False. This is how
-    a Ray worker, which never validated the config, finds the user's function."""
-    if not is_user_spec(name):
-        return False
-    register_user_function(kind_name, name)
-    return True
+def require_known(kind_name: str, registry: Mapping[str, Any], name: str, key: str, names: Any = None) -> None:
+    """ValueError naming config `key` (and the choices: `names`, else the registry's) unless `name` is registered or
+    is a user's file spec, which it registers now: this is how a Ray worker, which never validated the config, finds
+    the user's function."""
+    if name in registry:
+        return
+    if is_user_spec(name):
+        register_user_function(kind_name, name)
+        return
+    choices = ", ".join(registry if names is None else names)
+    raise ValueError(
+        f"Unknown {key} {name!r}; choose one of {choices}, or your own function as 'path/to/file.py:function'."
+    )
+
+
+def register_once(registry: dict[str, Any], name: str, value: Any, label: str) -> None:
+    """registry[name] = value, refusing a name already taken (a user's function may not replace a built-in)."""
+    if name in registry:
+        raise ValueError(f"{label} {name!r} is already registered; pick another name.")
+    registry[name] = value
 
 
 # ------------------------------------------------------------------------------------------------ signatures
