@@ -206,36 +206,6 @@ def test_remax_baselines_in_both_asynchronous_modes(workspace):
     assert all(row["critic/advantages/mean"] == 0.0 and row["actor/pg_loss"] == 0.0 for row in log.values())
 
 
-def test_stale_samples_train_and_resume_without_losing_a_prompt(workspace):
-    root = workspace["root"]
-    stale = ("worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "trainer.save_freq=1")
-    run_ppo(load_config(run_args(workspace, "stale", "trainer.max_steps=2", *stale)))
-    in_flight_at_2 = torch.load(root / "stale" / "global_step_2" / "async_in_flight.pt", weights_only=False)
-    assert len(in_flight_at_2) == 4  # max_staleness x rollout_batch_size prompts admitted ahead
-    run_ppo(load_config(run_args(workspace, "stale", "trainer.max_steps=4", *stale)))
-    log = read_log(root / "stale")
-    assert sorted(log) == [1, 2, 3, 4]
-    assert undocumented_metrics({name for row in log.values() for name in row}) == []
-    for row in log.values():
-        assert row["rollout_corr/is_ratio_mean"] > 0  # auto: tis with max_staleness > 0
-        assert 0.0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1.0 + 1e-9
-    trained = [record["prompt"] for step in (1, 2, 3, 4) for record in read_rollouts(root / "stale", step)]
-    counts = Counter(trained)  # rows are reordered by the token balancing: count them
-    assert set(counts.values()) == {2} and len(counts) == 16, "a prompt was trained twice or in part"
-    groups = set(counts)
-    from verl.data.tokenizer import get_tokenizer
-
-    tokenizer = get_tokenizer(workspace["model"])
-
-    def texts(rows) -> set[str]:  # decoded as the rollout dump decodes its prompts
-        return set(tokenizer.batch_decode(rows.batch["input_ids"], skip_special_tokens=True))
-
-    later = {record["prompt"] for step in (3, 4) for record in read_rollouts(root / "stale", step)}
-    assert texts(in_flight_at_2) <= later, "prompts in flight at the checkpoint were not regenerated"
-    final = torch.load(root / "stale" / "global_step_4" / "async_in_flight.pt", weights_only=False)
-    assert len(final) == 4 and not texts(final) & groups  # 5 batches admitted, 4 trained, none lost
-
-
 def test_image_prompts_continue_across_weight_syncs(workspace):
     """Qwen2.5-VL with images: half the prompts capped at 4 response tokens, half at 16, so each step's quota is met by
     short groups while long ones stop and continue, images and all, under the next weights."""
@@ -386,7 +356,8 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
     """The driver of a colocated run with max_staleness=1 is killed with SIGKILL after its third checkpoint (the
     engines hold the next step's prompts, maybe half generated, and later steps may be done but not saved); the next
     run resumes from the last complete checkpoint, regenerates the prompts that were in flight, and over steps 1-6
-    every prompt is trained exactly once, n samples each; no process of the killed run outlives it."""
+    every prompt is trained exactly once, n samples each, with its staleness and importance weights logged; no
+    process of the killed run outlives it."""
     import subprocess
     import sys
     import time
@@ -417,6 +388,8 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
         proc.communicate()
     last = CheckpointTracker.load(str(save)).last_global_step
     assert last >= 3 and is_complete(str(save / f"global_step_{last}"))
+    in_flight = torch.load(save / f"global_step_{last}" / "async_in_flight.pt", weights_only=False)
+    assert len(in_flight) == 4  # max_staleness x rollout_batch_size prompts admitted ahead
     run_ppo(load_config([*args, f"trainer.max_steps={last + 3}"]))
     # Ray's daemons die with the driver, but its agents and workers lived ~80 s more: the reaper ends them
     _, alive = psutil.wait_procs(run, timeout=40)  # its last look, SIGTERM, its grace, SIGKILL
@@ -424,5 +397,20 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
     log = read_log(save)
     assert max(log) == last + 3 and log[last + 1]["async/staleness_max"] <= 1.0
     trained = [record["prompt"] for step in range(1, last + 4) for record in read_rollouts(save, step)]
-    counts = Counter(trained)
+    counts = Counter(trained)  # rows are reordered by the token balancing: count them
     assert set(counts.values()) == {2} and len(counts) == 4 * (last + 3), "a prompt was lost, or trained twice"
+    assert undocumented_metrics({name for row in log.values() for name in row}) == []
+    for row in log.values():
+        assert row["rollout_corr/is_ratio_mean"] > 0  # auto: tis with max_staleness > 0
+        assert 0.0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1.0 + 1e-9
+    from verl.data.tokenizer import get_tokenizer
+
+    tokenizer = get_tokenizer(workspace["model"])
+
+    def texts(rows) -> set[str]:  # decoded as the rollout dump decodes its prompts
+        return set(tokenizer.batch_decode(rows.batch["input_ids"], skip_special_tokens=True))
+
+    later = {record["prompt"] for step in range(last + 1, last + 4) for record in read_rollouts(save, step)}
+    assert texts(in_flight) <= later, "prompts in flight at the checkpoint were not regenerated"
+    final = torch.load(save / f"global_step_{last + 3}" / "async_in_flight.pt", weights_only=False)
+    assert len(final) == 4 and not texts(final) & set(counts)  # admitted ahead, none trained yet, none lost
