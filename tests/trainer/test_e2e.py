@@ -683,9 +683,12 @@ def saved_optimizer_steps(actor_dir) -> set[float]:
 def test_resume_gives_the_same_next_step(workspace, caplog):
     """Default validation (before training, sampled at temperature 1) included: it must not shift the next step. The
     reference model moves towards the actor after step 2 (algorithm.ref_sync_steps) and the actor's optimizer
-    restarts (ProRL's reset): the checkpoint restores both."""
+    restarts (ProRL's reset): the checkpoint restores both. data.response_length_schedule: each step generates to
+    its stage's length; algorithm.entropy_control: the coefficient rises by the delta each step while the entropy is
+    below a (high) target, and the resumed run goes on from the saved coefficient in the right stage."""
     common = ("algorithm.use_kl_loss=true", "algorithm.ref_sync_steps=2", "algorithm.ref_sync_alpha=0.6")
-    common += ("algorithm.ref_sync_reset_optimizer=true",)
+    common += ("algorithm.ref_sync_reset_optimizer=true", "data.response_length_schedule={0: 3, 2: 8}")
+    common += ("algorithm.entropy_control=true", "algorithm.target_entropy=100", "algorithm.entropy_coeff_delta=0.01")
     run_ppo(load_config(text_args(workspace, "straight", *common, "trainer.max_steps=3")))
     run_ppo(load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=2")))
     state = json.loads((workspace["root"] / "interrupted" / "global_step_2" / "trainer_state.json").read_text())
@@ -708,6 +711,12 @@ def test_resume_gives_the_same_next_step(workspace, caplog):
     assert straight[3]["actor/kl_loss"] > 0  # a mix (alpha 0.6), not a copy of the actor
     assert saved_optimizer_steps(workspace["root"] / "interrupted" / "global_step_2" / "actor") == {0.0}
     assert min(saved_optimizer_steps(workspace["root"] / "straight" / "global_step_3" / "actor")) >= 1
+    steps = [row for row in rows if "critic/score/mean" in row]  # the staged lengths and the entropy coefficient
+    assert [row["step"] for row in steps] == [1, 2, 3]
+    assert [row["rollout/response_length_limit"] for row in steps] == [3, 8, 8]
+    assert steps[0]["response_length/max"] <= 3
+    assert [row["actor/entropy_coeff"] for row in steps] == pytest.approx([0.0, 0.01, 0.02])
+    assert all(0 < row["actor/entropy_loss"] < 100 for row in steps)
 
 
 LORA = (
@@ -1012,31 +1021,6 @@ def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk
     assert json.loads(open(os.path.join(root, "checkpoint_tracker.json")).read())["last_global_step"] == 2
     assert find_last_checkpoint(root) == step_2
     assert is_complete(step_2)
-
-
-def test_staged_response_length_and_adaptive_entropy_resume(workspace):
-    """data.response_length_schedule: each step generates to its stage's length; algorithm.entropy_control: the
-    coefficient rises by the delta each step while the entropy is below a (high) target, and a resumed run goes on
-    from the saved coefficient in the right stage."""
-    name = "staged"
-    args = text_args(
-        workspace,
-        name,
-        "data.response_length_schedule={0: 3, 2: 8}",
-        "algorithm.entropy_control=true",
-        "algorithm.target_entropy=100",  # far above any entropy: the coefficient only rises
-        "algorithm.entropy_coeff_delta=0.01",
-        "trainer.val_freq=-1",
-        "trainer.val_before_train=false",
-    )
-    run_ppo(load_config(args))
-    run_ppo(load_config([arg for arg in args if not arg.startswith("trainer.max_steps")] + ["trainer.max_steps=3"]))
-    steps = [row for row in read_log(workspace["root"] / name) if "critic/score/mean" in row]
-    assert [row["step"] for row in steps] == [1, 2, 3]
-    assert [row["rollout/response_length_limit"] for row in steps] == [3, 8, 8]
-    assert steps[0]["response_length/max"] <= 3
-    assert [row["actor/entropy_coeff"] for row in steps] == pytest.approx([0.0, 0.01, 0.02])
-    assert all(0 < row["actor/entropy_loss"] < 100 for row in steps)
 
 
 def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace, capsys):
