@@ -90,6 +90,17 @@ def test_dapo_recipe_gives_its_reward_the_runs_response_budget(monkeypatch):
     assert config.data.max_response_length == 4096
     assert config.worker.reward.reward_function_kwargs["max_response_length"] == 4096
     assert config.worker.reward.reward_function_kwargs["overlong_buffer_len"] == 512
+    # dynamic sampling filters on a key the reward returns in [0, 1] (its `overall` adds the length penalty: a
+    # window of (0.01, 0.99) over it dropped every group with one to half of its answers right)
+    from tests.repo_files import load_repo_file
+
+    dapo = load_repo_file("examples/reward_function/dapo.py", "dapo_reward")
+    kwargs = config.worker.reward.reward_function_kwargs
+    algorithm = config.algorithm
+    for response, length in (("Answer: 34", 1900), ("So", 4096)):  # right but long; cut off
+        sample = {"response": response, "response_length": length, "ground_truth": "34", "prompt": ""}
+        score = dapo.compute_score(sample, **kwargs)[algorithm.filter_key]
+        assert algorithm.online_filtering and 0.0 <= score <= 1.0 and score == (response == "Answer: 34")
 
 
 def test_prepare_or1_data_converts_verl_style_rows():
@@ -121,3 +132,11 @@ def test_prepare_or1_data_converts_verl_style_rows():
     assert json.loads(prepare.code_tests(json.dumps(unnamed))) == {"inputs": ["1\n"], "outputs": ["1\n"]}
     with pytest.raises(ValueError, match="row 0 of the source: cannot tell whether the row is math or code"):
         list(prepare.convert([{"prompt": "p", "answer": "1", "ability": "chat"}]))
+    # a LeetCode row's tests (code to run against an entry point) are in no form the code reward runs: left out, said
+    leetcode = {"import_prefix": "import math", "test_code": "def check(f): ...", "entry_point": "Solution().f"}
+    leetcode_row = {"prompt": "Write f.", "answer": json.dumps(leetcode), "ability": "code"}
+    skipped: list[str] = []
+    assert list(prepare.convert([leetcode_row, rows[1]], "code", skipped=skipped)) == [stdio_row]
+    assert len(skipped) == 1 and skipped[0].startswith("row 0 of code: ground_truth has keys ['entry_point',")
+    with pytest.raises(ValueError, match="row 0 of code: ground_truth has keys"):
+        list(prepare.convert([leetcode_row], "code"))

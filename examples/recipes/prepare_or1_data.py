@@ -52,17 +52,36 @@ def code_tests(ground_truth: str) -> str:
     return json.dumps(tests)
 
 
-def convert(rows: Iterable[dict[str, Any]], split: str | None = None, kind: str | None = None) -> Iterable[dict]:
+def convert(
+    rows: Iterable[dict[str, Any]],
+    split: str | None = None,
+    kind: str | None = None,
+    skipped: list[str] | None = None,
+) -> Iterable[dict]:
+    """The rows for the trainer. A code row whose tests are in no form code.py runs (a LeetCode row's
+    `test_code`/`entry_point`, say) is left out, its reason appended to `skipped`: the reward would stop the run at
+    the first batch holding it."""
+    from verl.rewards.sandbox.judge import parse_test_cases
+
     for index, row in enumerate(rows):
+        where = f"row {index} of {split or 'the source'}"
         try:
             row_kind = kind or _kind(row, split)
             truth = (row.get("reward_model") or {}).get("ground_truth", row.get("answer"))
             if truth is None:
                 raise ValueError("no reward_model.ground_truth or answer")
             answer = code_tests(truth) if row_kind == "code" else str(truth)
-            yield {"prompt": _prompt_text(row["prompt"]), "answer": answer, "data_source": row_kind}
         except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"row {index} of {split or 'the source'}: {err}") from err
+            raise ValueError(f"{where}: {err}") from err
+        if row_kind == "code":
+            try:
+                parse_test_cases(answer, where)
+            except ValueError as err:
+                if skipped is None:
+                    raise
+                skipped.append(str(err))
+                continue
+        yield {"prompt": _prompt_text(row["prompt"]), "answer": answer, "data_source": row_kind}
 
 
 def main() -> None:
@@ -83,11 +102,14 @@ def main() -> None:
             parts = [(None, datasets.load_dataset(extension, data_files=args.source, split="train"))]
         else:
             parts = [(split, datasets.load_dataset(args.source, split=split)) for split in args.splits.split(",")]
+        skipped: list[str] = []
         for split, dataset in parts:
-            for row in convert(dataset, split, args.kind):
+            for row in convert(dataset, split, args.kind, skipped):
                 counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
                 f.write(json.dumps(row) + "\n")
     print(f"wrote {path}: {counts}")
+    if skipped:
+        print(f"left out {len(skipped)} code rows whose tests code.py cannot run, e.g. {skipped[0]}")
 
 
 if __name__ == "__main__":

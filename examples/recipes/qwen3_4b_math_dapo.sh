@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # DAPO: clip-higher, dynamic sampling (online filtering), token-mean loss, no KL, overlong reward shaping.
-# Qwen3 thinks before it answers; for its non-thinking mode add 'data.chat_template_kwargs={enable_thinking: false}'.
+# Qwen3 answers without thinking here (data.chat_template_kwargs): a thinking trace does not fit the 2k budget, and
+# dapo.py reads the "Answer:" line at the end. For thinking mode drop that line and raise MAX_RESPONSE_LENGTH (the
+# DAPO paper: 20480, with a 4096 overlong buffer). Dynamic sampling keeps the groups whose accuracy varies
+# (algorithm.filter_key=accuracy: `overall` adds the length penalty and spans [-2, 1]).
 # No validation set: data.prompt_key and data.answer_key serve both files, and math12k's columns (the base config's
 # validation set) are named otherwise; pass data.val_files= a split with `prompt` and `solution` columns to validate.
 set -euo pipefail
@@ -10,7 +13,8 @@ cd "$(dirname "$0")/../.."
 MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-2048}
 OVERLONG_BUFFER_LEN=${OVERLONG_BUFFER_LEN:-512}
 python3 -m verl.trainer.main config=examples/config.yaml \
-    data.train_files=open-r1/DAPO-Math-17k-Processed@train \
+    data.train_files=open-r1/DAPO-Math-17k-Processed/en@train \
+    'data.chat_template_kwargs={enable_thinking: false}' \
     data.val_files= \
     data.prompt_key=prompt \
     data.answer_key=solution \
@@ -20,6 +24,7 @@ python3 -m verl.trainer.main config=examples/config.yaml \
     algorithm.disable_kl=true \
     algorithm.use_kl_loss=false \
     algorithm.online_filtering=true \
+    algorithm.filter_key=accuracy \
     worker.actor.clip_ratio_low=0.2 \
     worker.actor.clip_ratio_high=0.28 \
     worker.actor.loss_avg_mode=token-mean \
