@@ -76,7 +76,12 @@ def compute_score(
     expected = reward_input["ground_truth"]
     if isinstance(expected, str):
         expected = json.loads(expected)
-    tools = tool_schemas(reward_input["extra_info"].get(tools_key)) or []
+    if tools_key not in reward_input["extra_info"]:  # else every call would miss its tool: format 0, silently
+        raise KeyError(
+            f"the row has no column {tools_key!r} (this function's tools_key): set reward_function_kwargs.tools_key "
+            "to data.tools_key's column."
+        )
+    tools = tool_schemas(reward_input["extra_info"][tools_key]) or []
     _, calls = _reader(tokenizer, json.dumps(tools, sort_keys=True)).read(model_turn(reward_input))
     made = [call for call in calls if isinstance(call, dict)]
     names = {tool.get("function", tool)["name"] for tool in tools}

@@ -269,6 +269,13 @@ def test_without_an_environment_one_turn_is_scored_with_the_rows_tools(monkeypat
     assert [e["scores"]["accuracy"] for e in episodes] == [1.0, 0.0, 1.0]
     assert [e["scores"]["format"] for e in episodes] == [1.0, 1.0, 1.0]
     assert summary["accuracy"] == pytest.approx(2 / 3)
+    from tests.repo_files import load_repo_file
+
+    tool_call = load_repo_file("examples/reward_function/tool_call.py", "tool_call_reward")
+    sample = {"response": "Hi.", "ground_truth": "[]", "prompt": "", "extra_info": {"tools": None}}
+    assert tool_call.compute_score(sample)["format"] == 1.0  # a row without tools, answered without a call
+    with pytest.raises(KeyError, match="the row has no column 'functions' \\(this function's tools_key\\)"):
+        tool_call.compute_score(sample, tools_key="functions")  # was format 0 for every response, silently
     _, _, client = run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--tools-key", "none")
     assert all("tools" not in kwargs for _, kwargs in client.requests)
     with pytest.raises(SystemExit, match="--env .* sends its own; pass --tools-key none"):
