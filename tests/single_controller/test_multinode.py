@@ -14,6 +14,7 @@ is larger than the cluster.
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -246,10 +247,13 @@ def test_a_run_whose_pools_and_actors_do_not_fit_together_stops_before_any_start
     config.worker.reward.run_in = "actor"
     with pytest.raises(SetupError) as error:
         check_run_fits(config, "cpu")
-    assert str(error.value) == (
-        "The run needs 3 CPU at once (the trainer's workers (trainer.nnodes x trainer.n_gpus_per_node): 2, the reward "
-        "actor (worker.reward.num_cpus): 1), but the Ray cluster has 2. Ask for fewer processes, or add nodes."
-    )
+    assert re.fullmatch(
+        r"The run needs 3 CPU at once \(the trainer's workers \(trainer.nnodes x trainer.n_gpus_per_node\): 2, the "
+        r"reward actor \(worker.reward.num_cpus\): 1\), but the Ray cluster has 2: 2 node\(s\): [\d.]+ \(CPU 1, GPU 0\); "
+        r"[\d.]+ \(CPU 1, GPU 0\) \(total CPU 2, GPU 0\)\. Ask for fewer processes, or add nodes( \(this run started "
+        r"a Ray of its own: set RAY_ADDRESS=HEAD_IP:6379 to join a cluster\))?\.",
+        str(error.value),
+    ), str(error.value)
     config.worker.reward.run_in = "local"
     config.worker.reward.judge.model_path, config.worker.reward.judge.num_gpus = "judge", 0.25
     config.worker.reward.judge.num_cpus = 0

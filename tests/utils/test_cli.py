@@ -3,6 +3,7 @@
 """The entry points' prologue: a Ray that a one-machine run starts listens on loopback only."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -80,3 +81,19 @@ def test_positive_counts_are_argparse_errors_naming_the_option(capsys):
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
         assert message in capsys.readouterr().err
+
+
+def test_a_client_or_job_api_address_is_refused_and_local_starts_a_ray_of_its_own(monkeypatch):
+    """RAY_ADDRESS=ray://... (Ray Client) ran the driver's file work (checkpoints, data, the run lock) on the client
+    while the workers wrote on the cluster; "local" took the joined-cluster branch, without the local start's setup."""
+    from verl.utils.cli import cluster_address
+
+    for address, joined in (("local", None), ("", None), ("10.0.0.1:6379", "10.0.0.1:6379"), ("auto", "auto")):
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert cluster_address() == joined
+    start = "from verl.trainer.ray_setup import start_ray; start_ray('cpu', 1, 5.0)"
+    for address in ("ray://10.0.0.1:10001", "http://10.0.0.1:8265"):
+        env = {**os.environ, "RAY_ADDRESS": address}
+        result = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, timeout=180, env=env)
+        assert result.returncode == 1 and "ray.init" not in result.stderr
+        assert f"SetupError: RAY_ADDRESS={address} is a Ray Client or job-submission address" in result.stderr

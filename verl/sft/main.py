@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if use_writable_dirs_or_exit() is not None:
         return 2
     from verl.data.sft_dataset import SFTDataError
+    from verl.trainer.ray_setup import SetupError
     from verl.single_controller.ray.base import WorkerDiedError
     from verl.utils.logger.tracker import LoggerStartError
 
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_sft(config)
     # a ConfigError: one that only running finds
-    except (ConfigError, SFTDataError, CheckpointFolderError, LoggerStartError) as err:
+    except (ConfigError, SFTDataError, CheckpointFolderError, LoggerStartError, SetupError) as err:
         print(
             f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {user_error_message(err)}",
             file=sys.stderr,

@@ -22,6 +22,7 @@ from verl.trainer.config import PPOConfig
 from verl.trainer.preemption import daemons_ended_with_the_signal, exit_if_stopped, stop_the_fit_loop
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
+from verl.utils.cli import cluster_address
 from verl.utils.worker_setup import WORKER_SETUP_HOOK
 
 
@@ -100,7 +101,7 @@ def init_ray(config: PPOConfig, device: str) -> None:
     processes += config.worker.rollout.pool_size()  # mode=disaggregated: the engines' own processes
     # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
     nodes = max(trainer.nnodes, reward.model.nnodes, config.worker.rollout.nnodes or 1)
-    if nodes > 1 and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
+    if nodes > 1 and cluster_address() is None and not ray.is_initialized():
         logger.warning(
             "The run asks for %d nodes but RAY_ADDRESS is unset: it starts a Ray of its own on this machine alone. "
             "To train on a cluster, start Ray on its nodes and set RAY_ADDRESS (docker/README.md).",
@@ -127,8 +128,16 @@ def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = 
         if callable(previous) and _main_thread():
             signal.signal(signal.SIGTERM, previous)
 
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
+    address = cluster_address()
+    if address is not None and address.startswith(("ray://", "http://", "https://")):  # a client's, the job API's
+        raise SetupError(
+            f"RAY_ADDRESS={address} is a Ray Client or job-submission address: the trainer's driver writes the "
+            "checkpoints and reads the data where it runs, so it must run on a node of the cluster and join it there. "
+            "Run it on the head with RAY_ADDRESS=HEAD_IP:6379 (the address `ray start --head` printed), or submit it "
+            "with `ray job submit -- python -m verl.trainer.main ...`."
+        )
+    if address is not None:
+        ray.init(address=address, runtime_env=runtime_env)
         restore_sigterm()
     else:
         _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s, restore_sigterm)

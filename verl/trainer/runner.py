@@ -15,7 +15,7 @@ from verl.data.tokenizer import get_processor, get_tokenizer, template_reads, vo
 from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
-from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes
+from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes, describe_cluster
 from verl.trainer.async_trainer import IN_FLIGHT_FILE, AsyncRayPPOTrainer
 from verl.trainer.checkpointing import (
     check_matches_run,
@@ -33,6 +33,7 @@ from verl.trainer.ray_setup import SetupError, init_ray, write_timeline
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import quiet, stall_report
+from verl.utils.cli import cluster_address
 from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
@@ -170,9 +171,14 @@ def check_run_fits(config: PPOConfig, device: str) -> None:
     for kind, wanted, have in needs:
         if sum(wanted.values()) > have + 1e-9:
             listed = ", ".join(f"{name}: {count:g}" for name, count in wanted.items())
+            joined = (
+                ""
+                if cluster_address() is not None
+                else " (this run started a Ray of its own: set RAY_ADDRESS=HEAD_IP:6379 to join a cluster)"
+            )
             raise SetupError(
                 f"The run needs {sum(wanted.values()):g} {kind} at once ({listed}), but the Ray cluster has "
-                f"{have:g}. Ask for fewer processes, or add nodes."
+                f"{have:g}: {describe_cluster(nodes)}. Ask for fewer processes, or add nodes{joined}."
             )
 
 

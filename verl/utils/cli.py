@@ -92,10 +92,16 @@ def positive_ints(text: str) -> list[int]:
     return counts
 
 
+def cluster_address() -> str | None:
+    """The Ray cluster the run joins (RAY_ADDRESS), or None where it starts a Ray of its own (unset, or "local")."""
+    address = os.environ.get("RAY_ADDRESS")
+    return address if address and address != "local" else None
+
+
 def keep_local_ray_on_loopback(nodes: int) -> None:
     """For a run on one machine that starts its own Ray (no RAY_ADDRESS): every Ray service listens on loopback only.
     Ray reads the setting when it is imported, so this runs before anything imports ray; a user's own setting wins."""
-    if nodes == 1 and not os.environ.get("RAY_ADDRESS") and "ray" not in sys.modules:
+    if nodes == 1 and cluster_address() is None and "ray" not in sys.modules:
         os.environ.setdefault(RAY_LOOPBACK_ENV, "0")
 
 
@@ -105,7 +111,7 @@ def use_writable_dirs_or_exit() -> int | None:
     from verl.utils.writable_dirs import UnwritableDirectoryError, use_writable_dirs
 
     try:
-        use_writable_dirs(starts_ray=not os.environ.get("RAY_ADDRESS"))
+        use_writable_dirs(starts_ray=cluster_address() is None)
     except UnwritableDirectoryError as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2

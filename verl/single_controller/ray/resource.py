@@ -69,7 +69,8 @@ def _describe_request(process_on_nodes: Sequence[int], bundle: dict[str, float])
     return f"{shape}, each process a bundle of {{{per_bundle}}} ({totals} in total; each node's share on one node)"
 
 
-def _describe_cluster(nodes: Sequence[NodeResources]) -> str:
+def describe_cluster(nodes: Sequence[NodeResources]) -> str:
+    """The cluster as the errors that say what it has describe it: its nodes' addresses and resources, and the totals."""
     listed = "; ".join(node.describe() for node in nodes) or "none"
     total_cpus, total_gpus = sum(node.cpus for node in nodes), sum(node.gpus for node in nodes)
     return f"{len(nodes)} node(s): {listed} (total CPU {total_cpus:g}, GPU {total_gpus:g})"
@@ -109,7 +110,7 @@ def check_resources(process_on_nodes: Sequence[int], bundle: dict[str, float], n
     if problem is not None:
         raise InsufficientResourcesError(
             f"Resource pool asks for {_describe_request(process_on_nodes, bundle)}, but {problem}. The cluster has "
-            f"{_describe_cluster(nodes)}. Ask for fewer processes per node or fewer nodes, or add nodes."
+            f"{describe_cluster(nodes)}. Ask for fewer processes per node or fewer nodes, or add nodes."
         )
 
 
@@ -209,8 +210,9 @@ class RayResourcePool:
             raise PlacementGroupTimeoutError(
                 f"Only {len(ready)} of {len(pgs)} placement groups were ready after {ready_timeout_s:g} s. The pool "
                 f"asks for {_describe_request(self.process_on_nodes, self.bundle)}; the cluster has "
-                f"{_describe_cluster(cluster_nodes())}, of which {ray.available_resources()} is free now. Other "
-                "actors or placement groups hold the rest; free them or raise ready_timeout_s."
+                f"{describe_cluster(cluster_nodes())}, of which {ray.available_resources()} is free now. Other "
+                "actors or placement groups hold the rest: free them (`ray status` lists what holds the cluster), or start "
+                "the run when they are done."
             )
         return pgs
 
