@@ -1505,6 +1505,8 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
     gpu = ("trainer.device=auto",)
     assert size(*gpu) == 2
     assert size(*gpu, "trainer.n_gpus_per_node=1") == 1
+    # two single-GPU nodes: an even world, but an engine over both would all-reduce every layer over the network
+    assert size(*gpu, "trainer.n_gpus_per_node=1", "trainer.nnodes=2", "data.rollout_batch_size=4") == 1
     assert size(*gpu, "worker.rollout.mode=colocated") == 2
     episodes = "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"
     assert size(*gpu, "worker.rollout.mode=colocated", episodes) == 2

@@ -642,7 +642,8 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
     if rollout.tensor_parallel_size is None:
         on_gpus = config.trainer.device != "cpu" and is_cuda_available()
         sharded = on_gpus and rollout.mode != "disaggregated"  # a rollout pool: one engine per process unless set
-        rollout.tensor_parallel_size = 2 if sharded and config.trainer.world_size() % 2 == 0 else 1
+        # within a node: an engine over two machines would all-reduce every layer over the network
+        rollout.tensor_parallel_size = 2 if sharded and config.trainer.n_gpus_per_node % 2 == 0 else 1
     return config
 
 

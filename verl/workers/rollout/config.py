@@ -124,7 +124,7 @@ class RolloutConfig:
     """vLLM tensor-parallel degree, carved out of the training world: each group of this many processes runs one
     engine together (the same requests, each process a shard of the weights); with mode=disaggregated, out of the
     rollout pool's processes of a node. The group's first process runs the request loop and its peers repeat its
-    engine calls. Unset: 2 on GPUs where the training world is even (EasyR1's default), else 1; 1 on CPU, where one
+    engine calls. Unset: 2 on GPUs where each node's count is even (EasyR1's default), else 1; 1 on CPU, where one
     engine per process is fastest, and in a disaggregated rollout pool (set it to shard those). On CPU a value > 1
     shards the engine over the group's processes (gloo and vLLM's shared-memory all-reduce), for checking
     tensor-parallel runs on a laptop."""
