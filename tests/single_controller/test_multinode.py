@@ -185,6 +185,33 @@ def test_one_rank_per_node_and_gloo_across_nodes(two_node_cluster):
         pool.remove()
 
 
+class EnvWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def env(self, *names: str) -> dict[str, str | None]:
+        return {name: os.environ.get(name) for name in names}
+
+
+def test_a_group_on_the_drivers_node_of_a_cluster_keeps_the_default_transports(two_node_cluster):
+    """Gloo and NCCL pinned to loopback in a group whose processes all sat on the driver's node: a process group
+    with another node's (the weight broadcast to a rollout pool there) could not reach them. On a cluster of several
+    nodes such a group keeps the file-store rendezvous but not the loopback transports."""
+    here = ray.get_runtime_context().get_node_id()
+    pools = [RayResourcePool([1], use_gpu=False, name_prefix=f"env{index}") for index in range(2)]
+    try:  # one CPU a node: one of the two one-process pools sits on the driver's node
+        (local,) = [pool for pool in pools if pool.slots[0].node_id == here]
+        wg = RayWorkerGroup(local, RayClassWithInitArgs(EnvWorker))
+        try:
+            (env,) = wg.env("MASTER_ADDR", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+        finally:
+            wg.shutdown()
+    finally:
+        for pool in pools:
+            pool.remove()
+    assert env["MASTER_ADDR"] == "127.0.0.1"
+    assert env["GLOO_SOCKET_IFNAME"] == os.environ.get("GLOO_SOCKET_IFNAME")  # the user's, or none
+    assert env["NCCL_SOCKET_IFNAME"] == os.environ.get("NCCL_SOCKET_IFNAME")
+
+
 def test_node_share_larger_than_any_node_fails_fast(two_node_cluster):
     with pytest.raises(
         InsufficientResourcesError, match=r"no single node has 2 CPU for one node's share.*2 node\(s\)"

@@ -286,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if use_writable_dirs_or_exit() is not None:
         return 2
     from verl.data.sft_dataset import SFTDataError
-    from verl.trainer.ray_setup import SetupError
     from verl.single_controller.ray.base import WorkerDiedError
+    from verl.trainer.ray_setup import SetupError
     from verl.utils.logger.tracker import LoggerStartError
 
     trainer = config.trainer

@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from verl.single_controller.base.decorator import REGISTER_ATTR, RegisterSpec, registered_methods
 from verl.single_controller.base.worker import get_free_port
 from verl.single_controller.base.worker_group import WorkerGroup
-from verl.single_controller.ray.resource import RayResourcePool
+from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes
 
 
 DIST_INIT_METHOD_ENV = "VERL_DIST_INIT_METHOD"
@@ -58,12 +58,15 @@ def _pick_free_port() -> int:
     return get_free_port()
 
 
-def loopback_rendezvous_env() -> dict[str, str]:
-    """Environment of the ranks of a group that runs on this machine only: loopback rendezvous and transports."""
+def loopback_rendezvous_env(transports: bool = True) -> dict[str, str]:
+    """Environment of the ranks of a group that runs on this machine only: loopback rendezvous and, with `transports`
+    (the whole cluster is this machine), loopback transports. On a cluster of several nodes the transports keep the
+    default interface: a process group across groups (the weight broadcast to a rollout pool on another node) cannot
+    reach a process that gloo or NCCL bound to loopback."""
     store = os.path.join(tempfile.gettempdir(), f"verl_rendezvous_{uuid.uuid4().hex}")
     env = {"MASTER_ADDR": "127.0.0.1", DIST_INIT_METHOD_ENV: f"file://{store}"}
     interface = next((name for _, name in socket.if_nameindex() if name in ("lo", "lo0")), None)  # Linux, macOS
-    if interface is not None:
+    if interface is not None and transports:
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             if name not in os.environ:  # the user's choice wins
                 env[name] = interface
@@ -119,7 +122,8 @@ class RayWorkerGroup(WorkerGroup):
         self._world_size = len(slots)
         master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
         here = ray.get_runtime_context().get_node_id()
-        self._local_env = loopback_rendezvous_env() if all(slot.node_id == here for slot in slots) else {}
+        local = all(slot.node_id == here for slot in slots)
+        self._local_env = loopback_rendezvous_env(transports=len(cluster_nodes()) == 1) if local else {}
         master_addr = self._local_env.get("MASTER_ADDR", slots[0].node_ip)
         self._bind_worker_methods(self._worker_cls)  # name clashes fail before any actor starts
         self._resource_pool: RayResourcePool | None = resource_pool
