@@ -304,3 +304,24 @@ def test_a_critic_of_another_vocabulary_is_refused_before_ray_starts(tmp_path):
         runner._prepare_inputs(with_critic(other))
     copy = shutil.copytree(actor, tmp_path / "critic")
     runner._prepare_inputs(with_critic(str(copy)))
+
+
+def test_a_driver_without_a_gpu_on_a_gpu_cluster_does_not_train_on_the_cpus(monkeypatch):
+    """trainer.device=auto is resolved in the driver's process: a driver on a CPU-only head (`ray job submit`, a
+    KubeRay head) made the run a CPU run over the GPU cluster, saying nothing. The cluster's nodes are given as Ray
+    would report them (this machine has no GPU node to join)."""
+    from verl.single_controller.ray.resource import NodeResources
+    from verl.trainer.ray_setup import SetupError
+
+    config = PPOConfig()
+    config.trainer.nnodes, config.trainer.n_gpus_per_node = 1, 2
+    gpu_node = NodeResources(node_id="n1", ip="10.0.0.2", cpus=96.0, gpus=8.0)
+    monkeypatch.setattr(runner, "cluster_nodes", lambda: [gpu_node])
+    with pytest.raises(SetupError, match=r"trainer.device=auto chose the CPU, .* but the Ray cluster has 8 GPU"):
+        runner.check_run_fits(config, "cpu")
+    runner.check_run_fits(config, "cuda")  # fits
+    config.trainer.device = "cpu"  # asked for: the CPUs of a GPU cluster train
+    runner.check_run_fits(config, "cpu")
+    monkeypatch.setattr(runner, "cluster_nodes", lambda: [NodeResources("n1", "10.0.0.2", 96.0, 0.0)])
+    config.trainer.device = "auto"
+    runner.check_run_fits(config, "cpu")  # a CPU cluster

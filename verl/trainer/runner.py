@@ -165,9 +165,16 @@ def check_run_fits(config: PPOConfig, device: str) -> None:
         if reward.judge.num_gpus > 0:
             parts["the judge (worker.reward.judge.num_gpus, rounded up)"] = math.ceil(reward.judge.num_gpus)
     nodes = cluster_nodes()
+    gpus = sum(node.gpus for node in nodes)
+    if device == "cpu" and config.trainer.device == "auto" and gpus > 0:  # resolved in this process, which has none
+        raise SetupError(
+            f"trainer.device=auto chose the CPU, as this process (the driver) sees no CUDA device, but the Ray cluster "
+            f"has {gpus:g} GPU: run the trainer on a node with a GPU (the device is resolved where the driver runs), "
+            "or set trainer.device=cpu to train on the CPUs."
+        )
     needs = [("CPU", cpus, sum(node.cpus for node in nodes))]
     if device == "cuda":
-        needs.append(("GPU", parts, sum(node.gpus for node in nodes)))
+        needs.append(("GPU", parts, gpus))
     for kind, wanted, have in needs:
         if sum(wanted.values()) > have + 1e-9:
             listed = ", ".join(f"{name}: {count:g}" for name, count in wanted.items())
