@@ -58,6 +58,8 @@ def test_get_tokenizer_overrides_the_chat_template_from_text_or_file(text_dir, t
     assert tokenizer.apply_chat_template(MESSAGES, tokenize=False) == "<user> hi\n"
     with pytest.raises(FileNotFoundError, match="missing.jinja"):
         get_tokenizer(text_dir, override_chat_template=str(tmp_path / "missing.jinja"))
+    with pytest.raises(FileNotFoundError, match=r"override_chat_template file '.*missing.j2' does not exist"):
+        get_tokenizer(text_dir, override_chat_template=str(tmp_path / "missing.j2"))  # was the template's text
     # any file is read, whatever its name (data.override_chat_template accepts any file; the dataset read it while the
     # tokenizers of the workers and checkpoints took its path for the template text)
     other = tmp_path / "chat.j2"

@@ -40,8 +40,9 @@ def _check_model_path(path: str, what: str) -> None:
 
 def _read_chat_template(override_chat_template: str) -> str:
     """The template read from a file (whatever its extension: .jinja, .j2, .txt), or the template text itself; a
-    .jinja name that is no file is an error."""
-    if os.path.isfile(override_chat_template) or override_chat_template.endswith(".jinja"):
+    value without Jinja markup that is no file is an error (a path missing on this node would have become the
+    template text, rendering the path itself)."""
+    if os.path.isfile(override_chat_template) or "{" not in override_chat_template:
         return read_text_file(override_chat_template, "override_chat_template")
     return override_chat_template
 
