@@ -132,7 +132,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="the CPU sizes with the tiny model, on any device")
     args = parser.parse_args(argv)
-    device_type = device_utils.resolve_device_type(args.device)
+    try:
+        device_type = device_utils.resolve_device_type(args.device)
+    except ValueError:  # cuda without a GPU: the trainer's message names its config key
+        parser.error(
+            f"--device {args.device}, and torch sees no CUDA device in this process; use --device cpu (or auto)."
+        )
     for key, value in DEFAULTS["quick" if args.quick else device_type].items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     parts = {part.strip() for part in args.parts.split(",") if part.strip()}
     if not parts or parts - {"generation", "sync"}:
-        parser.error(f"--parts={args.parts!r}: give generation, sync or both")
+        parser.error(f"--parts={args.parts!r}: give generation, sync or generation,sync")
     result: dict = {"bench": "lora_rollout", "rank": args.rank, "alpha": args.alpha}
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported
     with contextlib.ExitStack() as stack:

@@ -70,3 +70,20 @@ def test_a_request_the_server_refuses_is_reported_in_the_servers_words():
     finally:
         server.shutdown()
     assert str(refused.value) == f"{url} answered 400: {reason}"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the error of a machine without a GPU")
+def test_an_unavailable_device_and_a_bad_parts_list_are_named_with_the_benchmarks_own_options():
+    """bench_actor --device cuda without a GPU said `set trainer.device=cpu`, a key it does not have; bench_lora_rollout
+    advised `--parts both`, which it refuses."""
+    for script, args, message in (
+        (
+            "bench_actor",
+            ["--device", "cuda"],
+            "--device cuda, and torch sees no CUDA device in this process; use --dev",
+        ),
+        ("bench_lora_rollout", ["--parts", "all"], "give generation, sync or generation,sync"),
+    ):
+        command = [sys.executable, os.path.join(REPO, "benchmarks", f"{script}.py"), *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr[-2000:]

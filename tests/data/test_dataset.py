@@ -567,6 +567,11 @@ def test_a_message_prompt_places_the_images_in_its_last_message(vl25):
         DatasetRowError, match=r"row 0, key 'prompt': message 0: content part 0 holds its image itself"
     ):
         RLHFDataset([{"prompt": inline, "answer": "1"}], tokenizer, processor, **PIXELS)
+    inline[0]["content"][0] = {"type": "video", "url": "a.mp4"}  # a video goes to the video column, not the image one
+    with pytest.raises(
+        DatasetRowError, match=r"holds its video itself; put the videos in the video column \(data.vid"
+    ):
+        RLHFDataset([{"prompt": inline, "answer": "1"}], tokenizer, processor, **PIXELS)
     with pytest.raises(DatasetRowError, match=r"message 0: content part 0 must be .*got \{'type': 'audio'\}"):
         RLHFDataset([{"prompt": [{"role": "user", "content": [{"type": "audio"}]}], "answer": "1"}], tokenizer)
 

@@ -219,7 +219,7 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}]}]},
             {},
-            "message 0: content part 0 holds its image itself; put the pictures in the image column",
+            "message 0: content part 0 holds its image itself; put the images in the image column",
         ),
     ],
 )
@@ -262,7 +262,7 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "data.batchsize=3"])
     with pytest.raises(ConfigError, match="worker.fsdp.torch_dtype=bf16 with worker.optim.strategy=adamw"):
         load_sft_config([*base, "worker.fsdp.torch_dtype=bf16"])
-    with pytest.raises(ConfigError, match="'worker.optim.training_steps' is derived from 'trainer.max_steps"):
+    with pytest.raises(ConfigError, match="'worker.optim.training_steps' is derived from trainer.max_steps"):
         load_sft_config([*base, "worker.optim.training_steps=5"])
     with pytest.raises(ConfigError, match=r"'data.seed' is a seed, which must lie in \[0, 2\*\*63\)"):
         load_sft_config([*base, "data.seed=-1"])
@@ -424,6 +424,8 @@ def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
     error = capsys.readouterr().err
     assert "Error: Could not save the checkpoint of step 3: " in error and "No space left on device" in error, error
     assert "global_step_2 is intact and still the latest" in error and "Traceback" not in error
+    # elsewhere, the run resumes only from that step named (a new save path alone started over)
+    assert f"trainer.load_checkpoint_path={os.path.join(root, 'global_step_2')}." in error, error
     assert saved_steps(root) == [2]  # the partial step 3 is removed
     assert find_last_checkpoint(root) == os.path.join(root, "global_step_2")
 

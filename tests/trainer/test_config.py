@@ -76,6 +76,16 @@ def test_yaml_traps_in_a_config_file_are_refused_or_read_as_meant(files):
     )  # noqa: E501
 
 
+def test_an_adaptive_kl_without_the_penalty_names_the_setting_that_turned_it_off(files):
+    """With disable_kl=true the advice was use_kl_loss=false, which was false already."""
+    args = [*base_args(files), "algorithm.kl_type=adaptive", "algorithm.use_kl_loss=false"]
+    with pytest.raises(
+        ConfigError, match=r"trains without a KL term; set algorithm.kl_type=fixed, or algorithm.disabl"
+    ):
+        load_config([*args, "algorithm.disable_kl=true"])
+    assert load_config([*args, "algorithm.disable_kl=false"]).algorithm.kl_type == "adaptive"  # the advice works
+
+
 @pytest.mark.parametrize(
     ("arg", "message"),
     [
@@ -386,7 +396,8 @@ def test_missing_config_file(files):
         (["algorithm.lam=-0.5"], r"algorithm.lam must lie in \[0, 1\], got -0.5"),
         (
             ["worker.actor.optim.training_steps=100"],
-            r"'worker.actor.optim.training_steps' is derived from 'trainer.max_steps or trainer.total_epochs'",
+            r"'worker.actor.optim.training_steps' is derived from trainer.max_steps or trainer.total_epochs; set "
+            r"trainer.max_steps or trainer.total_epochs instead",
         ),
     ],
 )
@@ -693,6 +704,7 @@ def test_gemma4_is_accepted_unless_its_attention_or_pad_token_differs_from_the_e
     import json
 
     text = {"layer_types": ["sliding_attention", "full_attention"], "hidden_size_per_layer_input": 256}
+    text["num_hidden_layers"] = 2  # (transformers reads the file to resolve override_config below)
     gemma4 = {"model_type": "gemma4", "vision_config": {}, "text_config": text}
     (files / "model" / "config.json").write_text(json.dumps(gemma4))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
@@ -706,6 +718,9 @@ def test_gemma4_is_accepted_unless_its_attention_or_pad_token_differs_from_the_e
         (files / "model" / "config.json").write_text(json.dumps(config))
         with pytest.raises(NotImplementedError, match=message):
             load_config(base_args(files))
+    # the advice through the config: the workers (and vLLM, hf_overrides) load the overridden pad token
+    fixed = load_config([*base_args(files), "worker.actor.model.override_config={text_config: {pad_token_id: 0}}"])
+    assert fixed.worker.actor.model.override_config == {"text_config": {"pad_token_id": 0}}
 
 
 @pytest.mark.parametrize(
@@ -788,7 +803,7 @@ def test_dry_run_prints_resolved_yaml(files, capsys):
     assert yaml.safe_load(capsys.readouterr().out) == printed
     printed["worker"]["rollout"]["prompt_length"] = 100  # a derived key that disagrees with its source: refused
     resolved.write_text(yaml.safe_dump(printed))
-    with pytest.raises(ConfigError, match="'worker.rollout.prompt_length' is derived from 'data.max_prompt_length'"):
+    with pytest.raises(ConfigError, match="'worker.rollout.prompt_length' is derived from data.max_prompt_length"):
         load_config([f"config={resolved}"])
 
 
@@ -1598,7 +1613,8 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_with_the_size_that_fit
     assert load_config([*args, *small, "data.max_response_length=64"])
     with pytest.raises(
         ConfigError,
-        match=r"kv_cache_memory_mb=1 cannot hold one sequence of max_model_len=129 tokens .*4096 bytes.*at least 2,",
+        match=r"kv_cache_memory_mb=1 cannot hold one sequence of max_model_len=129 tokens .*4096 bytes.*at least 2, "
+        r"or lower worker.rollout.max_model_len \(default: data.max_prompt_length \+ data.max_response_length\)",
     ):
         load_config([*args, *small, "data.max_response_length=65"])
     hybrid = config_only_model(files / "hybrid", {**dense, "layer_types": ["linear_attention", "full_attention"] * 2})

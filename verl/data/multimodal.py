@@ -63,9 +63,11 @@ def marker_text(content: Any) -> Any:
         elif kind in ("image", "video") and not set(part) - {"type"}:
             pieces.append(f"<{kind}>")
         elif kind in ("image", "video", "image_url", "video_url"):
+            media = kind.removesuffix("_url")
+            column = "the image column (data.image_key)" if media == "image" else "the video column (data.video_key)"
             raise ValueError(
-                f"content part {position} holds its {kind.removesuffix('_url')} itself; put the pictures in the "
-                f'image column (data.image_key) and leave {{"type": "{kind.removesuffix("_url")}"}} in their place'
+                f"content part {position} holds its {media} itself; put the {media}s in {column} and leave "
+                f'{{"type": "{media}"}} in their place'
             )
         else:
             raise ValueError(

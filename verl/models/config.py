@@ -214,7 +214,10 @@ class ModelConfig:
         model_config = read_model_config(key, self.model_path)
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
-        refuse_unsupported_model(f"{key}='{self.model_path}'", model_config)
+        # as the workers will load it (override_config may fix what the file has, e.g. Gemma 4's pad_token_id)
+        refuse_unsupported_model(
+            f"{key}='{self.model_path}'", with_overrides(model_config, dict(self.override_config))
+        )
         for name, value in (
             ("freeze_vision_tower", self.freeze_vision_tower),
             ("lora.vision_tower", self.lora.rank > 0 and self.lora.vision_tower),

@@ -319,7 +319,8 @@ def _check_kwargs(loaded: RewardFunction) -> None:
         takes = f"verl's arguments ({', '.join(verl_arguments)})" if verl_arguments else "the sample(s) first"
         takes = "TRL's arguments (completions, prompts and the dataset's columns)" if loaded.trl else takes
         raise RewardFunctionLoadError(
-            f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of "
+            f"The configured keyword arguments {masked(dict(kwargs))!r} (worker.reward.reward_function_kwargs, a "
+            f"route's routes_kwargs or a rubric part's kwargs) do not fit the signature {signature} of "
             f"{loaded.label}: {error}; the function must take {takes} and accept every configured keyword."
         ) from error
 

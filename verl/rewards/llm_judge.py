@@ -336,7 +336,11 @@ class JudgeActor:
         self.template = _environment().from_string(read_template(config.template))
         self.tokenizer = get_tokenizer(config.model_path)
         self.template_kwargs = config.template_kwargs(self.tokenizer)
-        sizes = "worker.reward.judge.kv_cache_memory_mb or worker.reward.judge.max_model_len"
+        sizes = (
+            "worker.reward.judge.gpu_memory_utilization or worker.reward.judge.max_model_len"
+            if self.on_gpu
+            else "worker.reward.judge.kv_cache_memory_mb or worker.reward.judge.max_model_len"
+        )
         self.llm = vllm_compat.start_engine(sizes, **build_engine_kwargs(config, self.on_gpu))
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
         self.sampling_params = SamplingParams(
@@ -367,12 +371,17 @@ class JudgeActor:
             sent.append(index)
         skipped = len(prompts) - len(sent)
         if skipped:
+            longer = (
+                "shorten the template or the responses, or use a judge model of a longer context"
+                if self.config.max_model_len is None  # the model's whole context already
+                else "raise worker.reward.judge.max_model_len or shorten the template"
+            )
             logger.warning(
-                "%d of %d judge prompts are longer than the judge's context (%d tokens) and count as parse errors; "
-                "raise worker.reward.judge.max_model_len or shorten the template.",
+                "%d of %d judge prompts are longer than the judge's context (%d tokens) and count as parse errors; %s.",
                 skipped,
                 len(prompts),
                 self.max_model_len,
+                longer,
             )
         result: list[str | None] = [None] * len(prompts)
         cut = [False] * len(prompts)

@@ -60,8 +60,8 @@ class CheckpointTracker:
             problem = str(err)
         if problem is not None:
             raise ValueError(
-                f"Checkpoint tracker '{path}' is corrupt ({problem}); delete it or set "
-                "trainer.load_checkpoint_path to a global_step_N directory."
+                f"Checkpoint tracker '{path}' is corrupt ({problem}); delete it (the run then finds its latest "
+                "complete step), or set trainer.save_checkpoint_path to another directory."
             )
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if not unknown:
@@ -453,10 +453,15 @@ def save_step(
         discard_failed_save(save_root, step, tracker)
         last = tracker.last_global_step
         previous = f"{step_dir(save_root, last)} is intact and still the latest" if last else "no earlier checkpoint"
+        elsewhere = (
+            f"resume in a writable directory: trainer.save_checkpoint_path=<it> with "
+            f"trainer.load_checkpoint_path={step_dir(save_root, last)}"
+            if last
+            else "set trainer.save_checkpoint_path to a writable directory and run again"
+        )
         raise CheckpointSaveError(
             f"Could not save the checkpoint of step {step}: {cause.strerror or cause} ({cause.filename or path}); "
-            f"{previous}. Free space, or set trainer.save_checkpoint_path to a writable directory, and run again to "
-            "resume."
+            f"{previous}. Free space and run again{' to resume' if last else ''}, or {elsewhere}."
         ) from err
     for passed in saved_steps(save_root):  # a replaced run's (or an interrupted save's) between the two latest
         if tracker.last_global_step < passed < step:

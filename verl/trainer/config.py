@@ -312,7 +312,8 @@ class AlgorithmConfig:
             )
             raise ConfigError(
                 f"{prefix}kl_type=adaptive adapts the coefficient of the KL penalty in the rewards, but {prefix}{uses}; "
-                f"set {prefix}kl_type=fixed, or {prefix}use_kl_loss=false to penalise the rewards."
+                f"set {prefix}kl_type=fixed, or "
+                f"{prefix}{'disable_kl=false' if self.disable_kl else 'use_kl_loss=false'} to penalise the rewards."
             )
         if self.disable_kl and self.use_kl_loss:
             logger.warning(
@@ -1108,8 +1109,8 @@ def _check_kv_cache(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any
         need = -(-blocks * block * per_token // 2**20)
         raise ConfigError(
             f"worker.rollout.kv_cache_memory_mb={megabytes} cannot hold one sequence of max_model_len={length} tokens "
-            f"of this model ({per_token} bytes of keys and values per token): raise it to at least {need}, or shorten "
-            "data.max_prompt_length + data.max_response_length."
+            f"of this model ({per_token} bytes of keys and values per token): raise it to at least {need}, or lower "
+            "worker.rollout.max_model_len (default: data.max_prompt_length + data.max_response_length)."
         )
 
 

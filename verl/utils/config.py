@@ -353,7 +353,7 @@ def set_keys(user: Mapping, derived: Mapping[str, str], source_name: str) -> Non
     for key, source_key in derived.items():
         if _lookup(user, key) != "<unknown>":
             raise ConfigError(
-                f"Config key '{key}' is derived from '{source_key}'; set '{source_key}' instead (in {source_name})."
+                f"Config key '{key}' is derived from {source_key}; set {source_key} instead (in {source_name})."
             )
 
 

@@ -288,7 +288,7 @@ class UpdateRequest:
     global_step: int
     """The training step, named in a user function's errors."""
     entropy_coeff: float | None = None
-    """Adaptive entropy control's coefficient for this step (algorithm.entropy_controller); None: actor.entropy_coeff."""
+    """Adaptive entropy control's coefficient for this step (algorithm.entropy_control); None: actor.entropy_coeff."""
 
 
 @dataclass

@@ -36,7 +36,8 @@ def _post(endpoint: str, payload: dict[str, Any], timeout: float) -> dict[str, A
             time.sleep(0.2 * 2**attempt)
     raise SandboxUnavailable(
         f"Sandbox Fusion at {url} did not run a program after {ATTEMPTS} tries ({type(error).__name__}: {error}); "
-        "check worker.reward's sandbox_endpoint and that the service is up."
+        "check the reward function's sandbox_endpoint keyword (worker.reward.reward_function_kwargs, or its route's "
+        "or rubric part's kwargs) and that the service is up."
     )
 
 

@@ -285,8 +285,9 @@ class FSDPCheckpointManager:
             saved = "LoRA adapters only" if saved_adapter_only else "a full model (no LoRA adapters)"
             trains = "LoRA adapters" if self.adapter_only else "all weights"
             raise ValueError(
-                f"Checkpoint {path!r} holds {saved}, but this run trains {trains}: set worker.actor.model.lora as the "
-                "checkpoint's run did, or start from a fresh trainer.save_checkpoint_path."
+                f"Checkpoint {path!r} holds {saved}, but this run trains {trains}: set the model's lora settings "
+                "(worker.actor.model.lora, or SFT's worker.model.lora) as the checkpoint's run did, or start from a "
+                "fresh trainer.save_checkpoint_path."
             )
         state = self._live_state(with_optimizer=load_optimizer)
         rng_key = _rng_key(_rank())

@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 ENGINE_SIZES = (
     "worker.rollout.kv_cache_memory_mb (on a GPU without it, worker.rollout.gpu_memory_utilization) or "
-    "data.max_prompt_length + data.max_response_length"
+    "worker.rollout.max_model_len (default: data.max_prompt_length + data.max_response_length)"
 )
 """The settings that size the engine's KV cache and its sequences (named when vLLM finds the cache too small)."""
 POLL_ENGINE_STEPS = 256
