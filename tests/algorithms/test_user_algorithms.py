@@ -6,6 +6,7 @@ run-time output checks, and the examples in examples/algorithms/."""
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -147,7 +148,9 @@ def test_a_user_correction_mode_weights_and_rejects(files):
 
 def test_missing_file_names_the_key_and_the_path(files):
     with pytest.raises(
-        ConfigError, match=r"worker.actor.loss_type='.*nope.py:loss': the file .*nope.py does not exist"
+        ConfigError,
+        match=rf"worker.actor.loss_type='.*nope.py:loss': the file .*nope.py does not exist on {socket.gethostname()};"
+        r".* \(on a cluster, every node reads it at that path\)",
     ):
         load_config([*base_args(files), f"worker.actor.loss_type={files / 'nope.py'}:loss"])
 

@@ -74,6 +74,9 @@ def test_missing_file(tmp_path) -> None:
         load_reward_function(f"{missing}:score")
     assert isinstance(info.value, FileNotFoundError)
     assert "worker.reward.reward_function" in str(info.value)
+    import socket
+
+    assert f"does not exist on {socket.gethostname()} (a reward actor on another node" in str(info.value)  # where
 
 
 def test_missing_function_lists_what_the_file_defines(write_reward_file) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -103,8 +104,8 @@ def _import(path: str, spec: str, key: str) -> ModuleType:
         return _MODULES[path]
     if not os.path.isfile(path):
         raise AlgorithmFunctionNotFoundError(
-            f"{key}={spec!r}: the file {path} does not exist; give a path relative to the working directory "
-            f"({os.getcwd()}) or an absolute one."
+            f"{key}={spec!r}: the file {path} does not exist on {socket.gethostname()}; give a path relative to the "
+            f"working directory ({os.getcwd()}) or an absolute one (on a cluster, every node reads it at that path)."
         )
     try:
         module = import_file(path, "verl_algorithm_")

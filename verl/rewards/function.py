@@ -13,6 +13,7 @@ import logging
 import math
 import numbers
 import os
+import socket
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -389,7 +390,8 @@ def load_reward_function(
     path = os.path.abspath(os.path.expanduser(raw_path))
     if not os.path.isfile(path):
         raise RewardFunctionNotFoundError(
-            f"{CONFIG_KEY}={spec!r}: the file {path} does not exist; give a path relative to the working directory "
+            f"{CONFIG_KEY}={spec!r}: the file {path} does not exist on {socket.gethostname()} (a reward actor on "
+            "another node reads it at that path too); give a path relative to the working directory "
             f"({os.getcwd()}) or an absolute one."
         )
     try:  # a fresh module, named after its path, so two reward files (train and val) never replace each other
