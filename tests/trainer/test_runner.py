@@ -317,6 +317,8 @@ def test_a_driver_without_a_gpu_on_a_gpu_cluster_does_not_train_on_the_cpus(monk
     config.trainer.nnodes, config.trainer.n_gpus_per_node = 1, 2
     gpu_node = NodeResources(node_id="n1", ip="10.0.0.2", cpus=96.0, gpus=8.0)
     monkeypatch.setattr(runner, "cluster_nodes", lambda: [gpu_node])
+    runner.check_run_fits(config, "cpu")  # a Ray of the run's own: a CPU-only torch on a GPU machine trains on CPUs
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")  # joining the cluster
     with pytest.raises(SetupError, match=r"trainer.device=auto chose the CPU, .* but the Ray cluster has 8 GPU"):
         runner.check_run_fits(config, "cpu")
     runner.check_run_fits(config, "cuda")  # fits

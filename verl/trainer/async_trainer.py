@@ -246,9 +246,8 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             return None
         in_flight_file = os.path.join(path, IN_FLIGHT_FILE)
         rows = torch.load(in_flight_file, weights_only=False) if os.path.isfile(in_flight_file) else None
-        if (
-            rows is not None and len(rows) > 0
-        ):  # admitted again, from their start (runner._check_in_flight bounds them)
+        # admitted again, from their start (runner._check_in_flight bounded their number before Ray started)
+        if rows is not None and len(rows) > 0:
             self._readmit = rows
             self.in_flight = {uid: rows[i : i + 1] for i, uid in enumerate(rows.non_tensor_batch["uid"])}
         logger.info(

@@ -166,7 +166,9 @@ def check_run_fits(config: PPOConfig, device: str) -> None:
             parts["the judge (worker.reward.judge.num_gpus, rounded up)"] = math.ceil(reward.judge.num_gpus)
     nodes = cluster_nodes()
     gpus = sum(node.gpus for node in nodes)
-    if device == "cpu" and config.trainer.device == "auto" and gpus > 0:  # resolved in this process, which has none
+    # auto is resolved in this process: a driver without a GPU joining a GPU cluster (a local Ray may count GPUs a
+    # CPU-only torch cannot use, and trains on the CPU as before)
+    if device == "cpu" and config.trainer.device == "auto" and gpus > 0 and cluster_address() is not None:
         raise SetupError(
             f"trainer.device=auto chose the CPU, as this process (the driver) sees no CUDA device, but the Ray cluster "
             f"has {gpus:g} GPU: run the trainer on a node with a GPU (the device is resolved where the driver runs), "
