@@ -118,16 +118,17 @@ def run_sft(config: SFTConfig) -> dict[str, float]:
     """Train, holding the checkpoint folder (one run per folder); returns the last step's metrics (and the last
     validation loss)."""
     # A signal while the run starts or ends stops it at once; in the loop the step finishes and is saved first
-    with RunLock(config.trainer.save_checkpoint_path), RunSignals().installed() as signals:
-        return _train(config, signals)
+    with RunLock(config.trainer.save_checkpoint_path) as lock, RunSignals().installed() as signals:
+        return _train(config, signals, lock.record)
 
 
-def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
+def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[str, float]:
     from verl.models.fsdp import param_dtype
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
     from verl.single_controller.ray.resource import RayResourcePool
     from verl.trainer.data_loader import warn_left_out  # imports huggingface_hub (through the dataset)
+    from verl.trainer.node_check import check_nodes_see_run_files, local_paths
     from verl.trainer.ray_setup import start_ray
     from verl.utils.device import resolve_device_type
     from verl.utils.logger import Tracker
@@ -151,6 +152,9 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]
     log_checkpoint_plan(trainer, None if lora else checkpoint_size_estimate(weights, False))
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)
+    read = {"worker.model.model_path": model.model_path, "worker.model.tokenizer_path": model.tokenizer_path}
+    read.update({"data.override_chat_template": data.override_chat_template, "the checkpoint to resume from": resume})
+    check_nodes_see_run_files(trainer.save_checkpoint_path, lock_record, local_paths(read))
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
         use_gpu=device == "cuda",

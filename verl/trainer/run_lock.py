@@ -41,6 +41,9 @@ class RunLock:
         self.folder = folder
         self.path = os.path.join(folder, LOCK_FILE)
         self._fd: int | None = None
+        self.record = b""
+        """What the holder wrote into the lock file (read it from here: closing any descriptor of the file in this
+        process would drop the lock)."""
 
     def __enter__(self) -> "RunLock":
         self.acquire()
@@ -100,8 +103,9 @@ class RunLock:
                     ended,
                 )
             me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            self.record = json.dumps(me).encode("utf-8")
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(me).encode("utf-8"), 0)
+            os.pwrite(fd, self.record, 0)
             os.fsync(fd)
         except BaseException:
             os.close(fd)

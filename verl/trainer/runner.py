@@ -28,6 +28,7 @@ from verl.trainer.checkpointing import (
 from verl.trainer.config import PPOConfig, round_size, worker_pools
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
+from verl.trainer.node_check import check_nodes_see_run_files, rl_worker_paths
 from verl.trainer.preemption import RunSignals
 from verl.trainer.ray_setup import SetupError, init_ray, write_timeline
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
@@ -325,12 +326,12 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         # A signal while the run starts or ends stops it at once (the fit loop finishes its step first); Ray's own
         # SIGTERM handler would kill its daemons under the driver
         with RunSignals().installed() as signals:
-            return _train(config, signals)
+            return _train(config, signals, lock.record)
     finally:
         lock.release()
 
 
-def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
+def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[str, float]:
     try:
         device = resolve_device_type(config.trainer.device)
         train_dataloader, val_dataloader, tokenizer, processor, resumed = _prepare_inputs(config)
@@ -342,6 +343,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     log_checkpoint_plan(config.trainer, checkpoint_size(config), config.trainer.save_model_only)
     init_ray(config, device)
     check_run_fits(config, device)
+    check_nodes_see_run_files(config.trainer.save_checkpoint_path, lock_record, rl_worker_paths(config, resumed))
     config.worker.critic.optim.training_steps = total_steps  # the actor waits for the critic's warmup
     config.worker.actor.optim.training_steps = max(1, total_steps - config.trainer.critic_warmup)
     # One reward runner serves training and validation (they never overlap; a second actor costs a process).
