@@ -127,6 +127,11 @@ def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good.replace(":score", ":nope")}}))
     with pytest.raises(ConfigError, match="cannot be combined"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good}}, routes={"a": good}))
+    # a part named "reward" beside reward_function replaced the function (and its kwargs) silently
+    with pytest.raises(
+        ConfigError, match=r'rubric.reward: with worker.reward.reward_function set, the rubric\'s part "reward"'
+    ):
+        _check_rubric(RewardConfig(rubric={"reward": {"function": good}}, reward_function=good))
 
 
 def test_the_shipped_math_and_code_rewards_score_one_mixed_batch(make_batch, tokenizer) -> None:

@@ -243,6 +243,24 @@ def test_too_long_conversations_error_or_are_cut(models) -> None:
     assert len(cut["input_ids"]) == 32 and cut["loss_mask"][-1] == 1
 
 
+def test_sft_settings_it_does_not_read_are_warned_about(tmp_path, caplog) -> None:
+    """A messages column beside prompt/response columns, a constant schedule's floor, mixed precision on the CPU."""
+    from verl.sft.config import load_sft_config
+
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    base = [f"data.train_files={tmp_path / 'train.jsonl'}", "worker.model.model_path=Qwen/Qwen2-0.5B"]
+    unread = ["data.prompt_key=q", "data.response_key=a", "data.messages_key=chat", "worker.optim.min_lr_ratio=0.1"]
+    with caplog.at_level(logging.WARNING, logger="verl.utils.config"):
+        load_sft_config([*base, *unread, "trainer.device=cpu", "worker.fsdp.mp_reduce_dtype=bf16"])
+    warnings = [record.getMessage() for record in caplog.records if "has no effect" in record.getMessage()]
+    assert warnings == [
+        "data.prompt_key is set (prompt and response columns): data.messages_key=chat has no effect in this run.",
+        "worker.optim.lr_scheduler_type=constant (no decay): worker.optim.min_lr_ratio=0.1 has no effect in this run.",
+        "on the CPU (FSDP computes and reduces in the weights' dtype): worker.fsdp.mp_reduce_dtype=bf16 has no effect "
+        "in this run.",
+    ]
+
+
 def test_config_errors_name_the_key(tmp_path) -> None:
     from verl.sft.config import load_sft_config
 

@@ -546,7 +546,7 @@ def test_a_judge_on_a_gpu_is_refused_without_one(files):
 def test_not_implemented_knobs_are_refused(files):
     with pytest.raises(NotImplementedError, match="LoRA is implemented for the actor only"):
         load_config([*base_args(files), "worker.critic.model.lora.rank=8"])
-    with pytest.raises(NotImplementedError, match="worker.hybrid_engine=false"):
+    with pytest.raises(ConfigError, match="hybrid_engine=false: the engines' placement is worker.rollout.mode"):
         load_config([*base_args(files), "worker.hybrid_engine=false"])
 
 
@@ -1703,6 +1703,62 @@ def test_a_setting_of_a_feature_the_run_leaves_off_is_warned_about(files, caplog
         load_config([*base_args(files), "algorithm.online_filtering=true", "algorithm.filter_low=0.2"])
         load_config([*base_args(files), "algorithm.filter_low=0.01"])
     assert "has no effect" not in caplog.text
+
+
+def test_settings_the_device_the_schedule_or_the_reward_wiring_does_not_read_are_warned_about(files, caplog):
+    """Accepted and never read, with no word: vLLM's GPU memory share and FSDP's mixed precision on the CPU, a
+    constant schedule's floor, an unshuffled run's seed, the reward function's kwargs beside routes alone, a reward
+    model's node count in the actor's processes."""
+    routes = write_yaml(
+        files / "routes.yaml",
+        {
+            "worker": {
+                "reward": {"routes": {"a": f"{files / 'reward.py'}:compute_score"}, "reward_function_kwargs": {"x": 1}}
+            }
+        },
+    )
+    scorer = config_only_model(
+        files / "scorer", {"num_labels": 1, "architectures": ["Qwen2ForSequenceClassification"]}
+    )
+    reward_model = [f"worker.reward.model.model_path={scorer}", "worker.reward.model.nnodes=2"]
+    on_cpu = [
+        "trainer.device=cpu",
+        "worker.rollout.gpu_memory_utilization=0.3",
+        "worker.actor.fsdp.mp_param_dtype=fp32",
+    ]
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config(
+            [*base_args(files), *on_cpu, "worker.actor.optim.min_lr_ratio=0.1", "data.shuffle=false", "data.seed=3"]
+        )
+        load_config([f"config={routes}", *base_args(files)[:2], *base_args(files)[3:], *reward_model])
+    warnings = [record.getMessage() for record in caplog.records if "has no effect" in record.getMessage()]
+    assert warnings == [
+        "data.shuffle=false (the seed orders the shuffle only): data.seed=3 has no effect in this run.",
+        "worker.actor.optim.lr_scheduler_type=constant (no decay): worker.actor.optim.min_lr_ratio=0.1 has no effect "
+        "in this run.",
+        "on the CPU (FSDP computes and reduces in the weights' dtype): worker.actor.fsdp.mp_param_dtype=fp32 has no "
+        "effect in this run.",
+        "on the CPU (vLLM runs eagerly with a KV cache of kv_cache_memory_mb; the token head is not compiled): "
+        "worker.rollout.gpu_memory_utilization=0.3 has no effect in this run.",
+        "worker.reward.reward_function is unset (a route's function takes routes_kwargs, a rubric part its kwargs): "
+        "worker.reward.reward_function_kwargs={'x': 1} has no effect in this run.",
+        "worker.reward.model.n_gpus_per_node=0 (the reward model shares the actor's processes): "
+        "worker.reward.model.nnodes=2 has no effect in this run.",
+    ]
+
+
+def test_a_truncated_sampler_beside_a_correction_is_warned_about(files, caplog):
+    """top_p < 1: the engine's log-probs are the truncated distribution's, the trainer's the whole one's; a
+    correction read the difference as drift, with no word."""
+    correction = ["worker.rollout.calculate_log_probs=true", "algorithm.rollout_correction.mode=tis"]
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), *correction, "worker.rollout.top_p=0.9"])
+    assert "worker.rollout.top_p=0.9, top_k=-1: the engine samples from, and reports the log-probs of" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):  # no correction in mode=sync: the old
+        load_config([*base_args(files), "worker.rollout.top_p=0.9"])  # log-probs are the trainer's own
+        load_config([*base_args(files), *correction])
+    assert "truncated" not in caplog.text
 
 
 def test_a_correction_bound_or_kl_penalty_the_run_does_not_read_is_warned_about(files, caplog):

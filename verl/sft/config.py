@@ -216,4 +216,9 @@ def _inactive_settings(config: SFTConfig) -> list[tuple[tuple[str, ...], str]]:
         inactive.append((("worker.model.lora.",), "worker.model.lora.rank=0 (LoRA off)"))
     if not config.data.val_files:
         inactive.append((("data.val_batch_size", "trainer.val_freq"), "data.val_files is empty"))
-    return inactive
+    if config.data.prompt_key:
+        inactive.append((("data.messages_key",), "data.prompt_key is set (prompt and response columns)"))
+    on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
+    return (
+        inactive + config.worker.optim.inactive("worker.optim.") + config.worker.fsdp.inactive("worker.fsdp.", on_cpu)
+    )

@@ -705,6 +705,70 @@ def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
         inactive.append((("worker.actor.model.lora.",), "worker.actor.model.lora.rank=0 (LoRA off)"))
     if worker.rollout.mode != "disaggregated":
         inactive.append((("worker.rollout.weight_bucket_mb",), f"worker.rollout.mode={worker.rollout.mode}"))
+    if not config.data.shuffle:
+        inactive.append((("data.seed",), "data.shuffle=false (the seed orders the shuffle only)"))
+    return inactive + _inactive_reward_settings(config) + _inactive_device_settings(config)
+
+
+def _warn_truncated_behaviour_policy(config: PPOConfig) -> None:
+    """top_p / top_k sample from a truncated distribution, whose log-probs the engine reports; the trainer's are the
+    whole distribution's at the temperature. Where the engine's stand for the old policy or a correction compares
+    the two, the truncation reads as off-policy drift."""
+    rollout, correction = config.worker.rollout, config.algorithm.rollout_correction.mode
+    if (rollout.top_p < 1.0 or rollout.top_k > 0) and (correction != "none" or rollout.mode != "sync"):
+        logger.warning(
+            "worker.rollout.top_p=%s, top_k=%s: the engine samples from, and reports the log-probs of, the truncated "
+            "distribution, and the trainer's log-probs are the whole distribution's; with worker.rollout.mode=%s and "
+            "algorithm.rollout_correction.mode=%s the engine's stand for the behaviour policy, so the importance "
+            "ratios and rollout_corr/ metrics carry the truncation as if it were drift. Train with top_p=1 and "
+            "top_k=-1 (truncate in validation: worker.rollout.val_override_config).",
+            rollout.top_p,
+            rollout.top_k,
+            rollout.mode,
+            correction,
+        )
+
+
+def _inactive_reward_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
+    reward = config.worker.reward
+    inactive = []
+    if not reward.reward_function:
+        why = (
+            "worker.reward.reward_function is unset (a route's function takes routes_kwargs, a rubric part its kwargs)"
+        )
+        inactive.append((("worker.reward.reward_function_kwargs",), why))
+    if not (reward.reward_function or reward.routes or reward.rubric):
+        keys = ("run_in", "num_cpus", "skip_special_tokens", "rule_weight")
+        why = "no rule-based reward function is set (worker.reward.reward_function, routes or rubric)"
+        inactive.append((tuple(f"worker.reward.{key}" for key in keys), why))
+    if reward.model.n_gpus_per_node == 0:
+        why = "worker.reward.model.n_gpus_per_node=0 (the reward model shares the actor's processes)"
+        inactive.append((("worker.reward.model.nnodes",), why))
+    return inactive
+
+
+def _inactive_device_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
+    """The GPU-only settings on the CPU (and the judge's CPU-only one on a GPU), the schedules' unread keys."""
+    worker = config.worker
+    on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
+    inactive = worker.actor.optim.inactive("worker.actor.optim.") + worker.critic.optim.inactive(
+        "worker.critic.optim."
+    )
+    for name, fsdp in (
+        ("actor", worker.actor.fsdp),
+        ("critic", worker.critic.fsdp),
+        ("ref", worker.ref.fsdp),
+        ("reward.model", worker.reward.model.fsdp),
+    ):
+        inactive += fsdp.inactive(f"worker.{name}.fsdp.", on_cpu)
+    if on_cpu:
+        keys = ("actor.use_torch_compile", "rollout.gpu_memory_utilization", "rollout.enforce_eager")
+        keys += ("reward.judge.gpu_memory_utilization", "reward.judge.enforce_eager")
+        why = "on the CPU (vLLM runs eagerly with a KV cache of kv_cache_memory_mb; the token head is not compiled)"
+        inactive.append((tuple(f"worker.{key}" for key in keys), why))
+    else:
+        why = "on a GPU (worker.reward.judge.gpu_memory_utilization sizes the judge's KV cache)"
+        inactive.append((("worker.reward.judge.kv_cache_memory_mb",), why))
     return inactive
 
 
@@ -757,6 +821,7 @@ def check_cross_section(config: PPOConfig) -> None:
                 f"worker.rollout.{key}={value} must be at least "
                 f"data.max_prompt_length + data.max_response_length = {needed}."
             )
+    _warn_truncated_behaviour_policy(config)
     on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
     if on_cpu and rollout.enable_chunked_prefill:
         raise ConfigError(

@@ -54,6 +54,15 @@ class OptimConfig:
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{prefix}{name} is a fraction and must lie in [0, 1], got {value}.")
 
+    def inactive(self, prefix: str) -> list[tuple[tuple[str, ...], str]]:
+        """(keys, why) of the schedule's settings that this schedule does not read, for `warn_inactive_settings`."""
+        unread = []
+        if self.lr_scheduler_type == "constant":
+            unread.append(((f"{prefix}min_lr_ratio",), f"{prefix}lr_scheduler_type=constant (no decay)"))
+        if self.lr_warmup_steps is not None:
+            unread.append(((f"{prefix}lr_warmup_ratio",), f"{prefix}lr_warmup_steps is set (it wins)"))
+        return unread
+
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
 

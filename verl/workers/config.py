@@ -265,6 +265,12 @@ class RewardConfig:
             return
         if self.routes:
             raise ConfigError(f"{prefix}rubric and {prefix}routes cannot be combined; use one of them.")
+        if self.reward_function and "reward" in self.rubric:
+            raise ConfigError(
+                f'{prefix}rubric.reward: with {prefix}reward_function set, the rubric\'s part "reward" is that '
+                "function (with reward_function_kwargs, weight 1); rename the part, or put the function in it and "
+                f"unset {prefix}reward_function."
+            )
         for name, part in self.rubric.items():
             key = f"{prefix}rubric.{name}"
             if not isinstance(part, dict) or not isinstance(part.get("function"), str):
@@ -294,8 +300,8 @@ class UpdateRequest:
 @dataclass
 class WorkerConfig:
     hybrid_engine: bool = True
-    """Colocate the actor, the rollout engine and the reference model in one process per device (the only layout
-    implemented: false, separate rollout workers, is refused at validation)."""
+    """EasyR1's switch for the engines' placement, kept for its configs: true only. Where the engines run is
+    worker.rollout.mode (sync and colocated: in the actor's processes; disaggregated: a pool of their own)."""
     actor: ActorConfig = field(default_factory=ActorConfig)
     """The policy being trained."""
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -312,9 +318,10 @@ class WorkerConfig:
 
     def validate(self, prefix: str) -> None:
         if not self.hybrid_engine:
-            raise NotImplementedError(
-                f"{prefix}hybrid_engine=false (rollout on separate workers) is not implemented; the actor, rollout "
-                "and reference share each device. Set it to true."
+            raise ConfigError(
+                f"{prefix}hybrid_engine=false: the engines' placement is worker.rollout.mode here. For rollout "
+                "engines on GPUs of their own, set worker.rollout.mode=disaggregated (with worker.rollout.nnodes and "
+                f"n_gpus_per_node) and leave {prefix}hybrid_engine=true."
             )
         for name in ("actor", "critic", "ref", "reward", "rollout"):
             getattr(self, name).validate(f"{prefix}{name}.")

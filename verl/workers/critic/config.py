@@ -22,7 +22,8 @@ class CriticConfig:
     """Prompts per optimizer step (multiplied by rollout.n at runtime)."""
     micro_batch_size_per_device_for_update: int | None = None
     """Samples per forward/backward in the update. Unset (null), each worker picks for its device as
-    worker.actor.micro_batch_size_per_device_for_update does (8 on the CPU, 4 on CUDA)."""
+    worker.actor.micro_batch_size_per_device_for_update does (on the CPU 8, or 16 without fsdp.gather_once_per_pass;
+    4 on CUDA; lowered to a divisor of the rank's mini-batch without dynamic batching)."""
     micro_batch_size_per_device_for_experience: int = 16
     """Samples per forward when computing values."""
     max_grad_norm: float = 1.0

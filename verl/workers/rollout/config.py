@@ -140,9 +140,11 @@ class RolloutConfig:
     """Hide the progress bar of each synchronous or validation rollout call (samples finished out of the call's)."""
     calculate_log_probs: bool = False
     """Also return the log-probs of the sampled tokens from vLLM (rollout_log_probs), which
-    algorithm.rollout_correction compares with the trainer's; without a correction the engine-trainer mismatch is
-    logged (rollout_corr/k3_kl, rollout_corr/log_ppl_diff; in mode=sync at the cost of the trainer's log-prob pass
-    where the update would have made it). The asynchronous modes always record them."""
+    algorithm.rollout_correction compares with the trainer's. Without a correction the engine-trainer mismatch is
+    logged (rollout_corr/k3_kl, rollout_corr/log_ppl_diff) wherever the trainer computes its own log-probs: in
+    mode=sync always (at the cost of that pass where the update would have made it); in the asynchronous modes, which
+    always record the engine's, only in steps that make the pass anyway (ppo_epochs > 1, several mini-batches, a KL
+    penalty in the reward)."""
     verify_weight_sync: bool = False
     """After each weight sync, check that the engine holds the actor's weights (debugging aid, slower); engines and
     actor share processes for it, so mode=disaggregated refuses it."""
