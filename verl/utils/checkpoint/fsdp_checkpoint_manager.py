@@ -290,10 +290,13 @@ class FSDPCheckpointManager:
                 "fresh trainer.save_checkpoint_path."
             )
         state = self._live_state(with_optimizer=load_optimizer)
+        fresh = _never_stepped(state["optimizer"]["state"], saved_keys, path) if load_optimizer else {}
         rng_key = _rng_key(_rank())
         if not model_only:  # the pickled parts this checkpoint has
             state.update({key: _PickledState() for key in (_TRAINER_KEY, rng_key) if key in saved_keys})
         _dcp(dcp.load, state, path)
+        if fresh:
+            state["optimizer"]["state"].update(fresh)
         options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:
             configured = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
@@ -319,3 +322,25 @@ class FSDPCheckpointManager:
         else:
             logger.warning("Checkpoint %s has no RNG state for rank %d; keeping this rank's own.", path, _rank())
         return dict(trainer_state.get("extra_state", {}))
+
+
+def _never_stepped(live: dict[str, Any], saved_keys: set[str], path: str) -> dict[str, Any]:
+    """Take out of `live` (the optimizer's state by parameter name, which torch fills for every parameter) the
+    parameters the checkpoint has no state for, and return them: parameters no step gave a gradient (a vision tower
+    on text data, its LoRA adapters) have none, and loading them failed the resume ("Missing key in checkpoint
+    state_dict"). They keep the fresh state, as in the run that saved."""
+    prefixes = {key[:i] for key in saved_keys if key.startswith("optimizer.state.") for i in _dots(key)}
+    missing = [name for name in live if f"optimizer.state.{name}" not in prefixes]
+    if missing:
+        logger.info(
+            "%s has no optimizer state for %d parameter(s) that no step trained (%s%s); they start afresh.",
+            path,
+            len(missing),
+            ", ".join(missing[:3]),
+            ", ..." if len(missing) > 3 else "",
+        )
+    return {name: live.pop(name) for name in missing}
+
+
+def _dots(key: str) -> list[int]:
+    return [i for i, char in enumerate(key) if char == "."]
