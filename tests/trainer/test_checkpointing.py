@@ -432,8 +432,9 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         config=SimpleNamespace(
             trainer=trainer_config,
             algorithm=SimpleNamespace(ref_sync_steps=2),
-            data=SimpleNamespace(seed=1, shuffle=True),
+            data=SimpleNamespace(seed=1, shuffle=True, rollout_batch_size=4),
         ),
+        reference_moved=True,
         global_step=1,
         total_steps=1,
         ckpt_tracker=CheckpointTracker(),
@@ -459,10 +460,73 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         "train_rows": 8,
         "seed": 1,
         "shuffle": True,
+        "rollout_batch_size": 4,
         "kl_ctrl": {"value": 0.1},
     }
     assert json.loads(state_file.read_text()) == saved
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
+
+
+def test_a_resume_keeps_a_moved_reference_and_the_configs_fixed_kl_and_says_a_new_round_size(tmp_path, caplog):
+    """A reference that ref_sync_steps moved was saved only while ref_sync_steps > 0: resumed with it at 0, the next
+    checkpoints had none, and the resume after them went back to the model path's reference. A fixed KL coefficient
+    came from the checkpoint, not the config. A new rollout_batch_size changed the run's length unsaid."""
+    from types import SimpleNamespace
+
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from verl.algorithms.kl import get_kl_controller
+    from verl.trainer.ray_trainer import RayPPOTrainer
+
+    loaded = []
+
+    class Worker:
+        def save_checkpoint(self, path: str, model_only: bool, reference_path: str | None) -> None:
+            for folder in filter(None, (path, reference_path)):
+                os.makedirs(folder)
+                with open(os.path.join(folder, "__0_0.distcp"), "wb") as f:
+                    f.write(b"w" * 100)
+
+        def load_checkpoint(self, path: str, reference_path: str | None) -> None:
+            loaded.append(reference_path)
+
+    def trainer(ref_sync_steps: int, kl_coef: float, rollout_batch_size: int) -> SimpleNamespace:
+        algorithm = SimpleNamespace(ref_sync_steps=ref_sync_steps)
+        data = SimpleNamespace(seed=1, shuffle=False, rollout_batch_size=rollout_batch_size)
+        state = SimpleNamespace(
+            config=SimpleNamespace(
+                trainer=SimpleNamespace(save_checkpoint_path=str(tmp_path), save_model_only=False, save_limit=0),
+                algorithm=algorithm,
+                data=data,
+            ),
+            global_step=1,
+            total_steps=3,
+            ckpt_tracker=CheckpointTracker(),
+            actor_rollout_ref_wg=Worker(),
+            use_critic=False,
+            use_reference=True,
+            reference_moved=ref_sync_steps > 0,
+            train_dataloader=StatefulDataLoader(list(range(8)), batch_size=rollout_batch_size),
+            kl_ctrl=get_kl_controller("fixed", kl_coef, 0.1, 100),
+            entropy_ctrl=None,
+            model_fingerprint=None,
+            resume_from=None,
+        )
+        for name in ("_write_checkpoint", "_write_run_state", "_save_checkpoint", "_load_checkpoint"):
+            setattr(state, name, getattr(RayPPOTrainer, name).__get__(state))
+        return state
+
+    trainer(ref_sync_steps=2, kl_coef=0.1, rollout_batch_size=4)._save_checkpoint(None)  # step 1, with ref/
+    resumed = trainer(ref_sync_steps=0, kl_coef=0.05, rollout_batch_size=2)
+    resumed.resume_from = step_dir(str(tmp_path), 1)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
+        resumed._load_checkpoint()
+    assert loaded == [os.path.join(resumed.resume_from, "ref")] and resumed.reference_moved
+    assert resumed.kl_ctrl.value == 0.05  # the config's, not the saved 0.1
+    assert "data.rollout_batch_size=2, and" in caplog.text and "so it ends at step 3" in caplog.text
+    resumed.global_step = 2
+    resumed._save_checkpoint(None)
+    assert os.path.isfile(tmp_path / "global_step_2" / "ref" / "__0_0.distcp")  # saved on: the next resume has it
 
 
 def test_a_checkpoint_s_size_is_estimated_from_the_model_files(tmp_path):

@@ -119,6 +119,10 @@ class FixedKLController(KLController):
     def update(self, current_kl: float, n_steps: int) -> None:
         """Fixed: nothing to do."""
 
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Fixed: the config's algorithm.kl_coef, not a checkpoint's (a resume with another kl_coef, or from an
+        adaptive run, kept the saved value)."""
+
 
 class AdaptiveKLController(KLController):
     """Proportional controller steering the KL towards a target (Ziegler et al. 2019, arXiv 1909.08593).

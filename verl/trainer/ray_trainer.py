@@ -171,6 +171,9 @@ class RayPPOTrainer:
         elif config.worker.rollout.mode == "sync" and config.worker.rollout.calculate_log_probs:
             self.needs_old_log_probs = True  # asked for: the engine-trainer mismatch is logged
         self.model_fingerprint = weights_fingerprint(config.worker.actor.model.model_path)  # the weights started from
+        self.reference_moved = algo.ref_sync_steps > 0
+        """The reference is not the model path's (ref_sync_steps moves it, or a resumed checkpoint held a moved one):
+        each checkpoint saves it, else a resume after one without would go back to the model path's."""
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
         self.entropy_ctrl = None
         if algo.entropy_control:
@@ -539,9 +542,8 @@ class RayPPOTrainer:
     def _write_checkpoint(self, path: str) -> None:
         trainer = self.config.trainer
         os.makedirs(path, exist_ok=True)
-        # a reference that ref_sync_steps moves is saved beside the actor (a fixed one is the model path's)
-        moved = self.config.algorithm.ref_sync_steps > 0 and not trainer.save_model_only
-        reference = os.path.join(path, "ref") if moved else None
+        # a reference that ref_sync_steps moves (or moved) is saved beside the actor (a fixed one is the model path's)
+        reference = os.path.join(path, "ref") if self.reference_moved and not trainer.save_model_only else None
         self.actor_rollout_ref_wg.save_checkpoint(os.path.join(path, "actor"), trainer.save_model_only, reference)
         if self.use_critic:
             self.critic_wg.save_checkpoint(os.path.join(path, "critic"), trainer.save_model_only)
@@ -556,6 +558,7 @@ class RayPPOTrainer:
                 "train_rows": len(self.train_dataloader.dataset),
                 "seed": self.config.data.seed,
                 "shuffle": self.config.data.shuffle,
+                "rollout_batch_size": self.config.data.rollout_batch_size,
                 "kl_ctrl": self.kl_ctrl.state_dict(),
             }
             if self.entropy_ctrl is not None:
@@ -576,6 +579,7 @@ class RayPPOTrainer:
         self.global_step = step_of(path)
         reference = os.path.join(path, "ref") if self.use_reference else None  # restored wherever it was saved
         self.actor_rollout_ref_wg.load_checkpoint(os.path.join(path, "actor"), reference)
+        self.reference_moved = self.reference_moved or (reference is not None and os.path.isdir(reference))
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
         state_file = os.path.join(path, "trainer_state.json")
@@ -586,6 +590,19 @@ class RayPPOTrainer:
         resume_loader(self.train_dataloader, os.path.join(path, "dataloader.pt"), state, self.config.data, path)
         if state:
             warn_if_data_changed(state, len(self.train_dataloader.dataset), path)
+            size = self.config.data.rollout_batch_size
+            if state.get("rollout_batch_size", size) != size:  # the data position is kept; the step count is not
+                logger.warning(
+                    "data.rollout_batch_size=%d, and %s was saved with %d: the run resumes at step %d, and its steps "
+                    "from there on take %d prompts each, so it ends at step %d (total_epochs or max_steps count them) "
+                    "and the learning-rate schedule spans those steps.",
+                    size,
+                    path,
+                    state["rollout_batch_size"],
+                    self.global_step,
+                    size,
+                    self.total_steps,
+                )
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
             if self.entropy_ctrl is not None and "entropy_ctrl" in state:
                 self.entropy_ctrl.load_state_dict(state["entropy_ctrl"])
