@@ -169,6 +169,7 @@ class FSDPWorker(Worker):
                 self.tokenizer,
                 self.processor,
                 lora_rank=config.actor.model.lora.rank,
+                tokenizer_path=config.actor.model.tokenizer_path,
             )
             self.sharding_manager = FSDPVLLMShardingManager(
                 self.actor_module, self.rollout, offload_params=config.actor.offload.offload_params, device=self.device

@@ -7,6 +7,8 @@ returns the oldest complete groups and keeps the unfinished samples, which conti
 tokens, their tokens tagged with the version that sampled them; every admitted group comes back exactly once.
 """
 
+import os
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +33,14 @@ def rollout(tmp_path_factory):
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
     root = tmp_path_factory.mktemp("async_rollout")
-    model_dir = get_or_build_tiny_model("qwen2", str(root / "models"))
+    tokenizer_dir = get_or_build_tiny_model("qwen2", str(root / "models"))
+    # the weights without the tokenizer's files, as a training framework may save them: the engine reads the
+    # tokenizer from worker.actor.model.tokenizer_path (it looked for it in the weights' folder and failed to start)
+    model_dir = root / "weights"
+    model_dir.mkdir()
+    for name in os.listdir(tokenizer_dir):
+        if not name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "added_tokens", "chat_template")):
+            shutil.copy(os.path.join(tokenizer_dir, name), model_dir / name)
     config = RolloutConfig(
         n=N,
         temperature=1.0,
@@ -43,7 +52,7 @@ def rollout(tmp_path_factory):
         tensor_parallel_size=1,
         calculate_log_probs=True,
     )
-    return VLLMRollout(model_dir, config, get_tokenizer(model_dir))
+    return VLLMRollout(str(model_dir), config, get_tokenizer(tokenizer_dir), tokenizer_path=tokenizer_dir)
 
 
 def _prompts(tokenizer, count: int, offset: int = 0) -> DataProto:
@@ -69,6 +78,15 @@ def _prompts(tokenizer, count: int, offset: int = 0) -> DataProto:
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions},
         non_tensors={"uid": uids},
     )
+
+
+def test_the_engine_reads_its_tokenizer_from_tokenizer_path(rollout) -> None:
+    """The weights' folder has no tokenizer files (the fixture): transformers then builds an empty tokenizer without
+    an error, and the engine held one of a single token (a VLM's processor, structured outputs and stop strings read
+    it)."""
+    engine_tokenizer = rollout.inference_engine.get_tokenizer()
+    assert len(engine_tokenizer) == len(rollout.tokenizer) > 1000
+    assert engine_tokenizer.encode("What is 2 + 3?") == rollout.tokenizer.encode("What is 2 + 3?")
 
 
 def test_a_call_that_completes_every_group_equals_the_synchronous_rollout(rollout) -> None:

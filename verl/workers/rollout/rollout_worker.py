@@ -73,7 +73,14 @@ class RolloutWorker(Worker):
         # the driver loaded the tokenizer too, and said what it lacks
         tokenizer = get_tokenizer(model.tokenizer_path, **options, warn_no_pad=False)
         processor = get_processor(model.tokenizer_path, **options)
-        self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
+        self.rollout = VLLMRollout(
+            model.model_path,
+            self.config.rollout,
+            tokenizer,
+            processor,
+            colocated=False,
+            tokenizer_path=model.tokenizer_path,
+        )
         self.n, _, self.make_params, _ = self.rollout.request_sampling(RolloutRequest(), self.rollout.request_loop)
         tp_size = self.config.rollout.tensor_parallel_size or 1
         if tp_size > 1:

@@ -96,10 +96,11 @@ def preserved_rng_state() -> Iterator[None]:
 
 
 def build_engine_kwargs(
-    model_path: str, config: RolloutConfig, multimodal: bool, lora_rank: int = 0
+    model_path: str, config: RolloutConfig, multimodal: bool, lora_rank: int = 0, tokenizer_path: str | None = None
 ) -> dict[str, Any]:
     """The `vllm.LLM` arguments for this config on this device; ValueError on an impossible setting. `lora_rank` (the
-    actor's) sizes vLLM's LoRA layers for rollout.lora_sync=adapters."""
+    actor's) sizes vLLM's LoRA layers for rollout.lora_sync=adapters; `tokenizer_path` (the model's tokenizer_path)
+    is where the engine reads its tokenizer, as the trainer does (default: `model_path`)."""
     if config.prompt_length <= 0 or config.response_length <= 0:
         raise ValueError(
             f"rollout.prompt_length={config.prompt_length} and rollout.response_length={config.response_length} must "
@@ -115,6 +116,7 @@ def build_engine_kwargs(
         raise ValueError(f"rollout.dtype={config.dtype!r} is not supported; use one of {sorted(DTYPE_NAMES)}.")
     kwargs: dict[str, Any] = {
         "model": model_path,
+        "tokenizer": tokenizer_path or model_path,
         "trust_remote_code": config.trust_remote_code,
         "load_format": "dummy",  # real weights come from the actor before every rollout
         "seed": config.seed,
@@ -255,9 +257,11 @@ class VLLMRollout:
         processor: Any | None = None,
         colocated: bool = True,
         lora_rank: int = 0,
+        tokenizer_path: str | None = None,
     ) -> None:
         """`colocated=False`: the engine has its process to itself (mode=disaggregated), so it never sleeps.
-        `lora_rank`: the actor's LoRA rank (worker.actor.model.lora.rank), for rollout.lora_sync=adapters."""
+        `lora_rank`: the actor's LoRA rank (worker.actor.model.lora.rank), for rollout.lora_sync=adapters.
+        `tokenizer_path`: worker.actor.model.tokenizer_path (default `model_path`)."""
         quiet.install_worker_filters()  # done by Ray's setup hook unless Ray started elsewhere
         vllm_compat.warn_if_untested()
         vllm_compat.load_transformers_tower_names()
@@ -269,7 +273,7 @@ class VLLMRollout:
             processor = None  # a vision-language model trained on text only: its prompts and episodes are text
         self.processor = processor
         self.multimodal = processor is not None and getattr(processor, "image_processor", None) is not None
-        engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)
+        engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank, tokenizer_path)
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
         engine_dtype = engine_kwargs["dtype"]
