@@ -415,39 +415,57 @@ def test_a_checkpoint_without_a_record_is_still_resumed(tmp_path):
     assert find_last_checkpoint(str(tmp_path)) == step_dir(str(tmp_path), 4)
 
 
-def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
+class _StubActorGroup:
+    """The actor worker group's checkpoint calls: 100-byte shards written, the reference paths loaded recorded."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str | None] = []
+
+    def save_checkpoint(self, path: str, model_only: bool, reference_path: str | None) -> None:
+        for folder in filter(None, (path, reference_path)):  # a reference that ref_sync_steps moves: saved too
+            os.makedirs(folder)
+            with open(os.path.join(folder, "__0_0.distcp"), "wb") as f:
+                f.write(b"w" * 100)
+
+    def load_checkpoint(self, path: str, reference_path: str | None) -> None:
+        self.loaded.append(reference_path)
+
+
+def _stub_trainer(root, ref_sync_steps: int, kl_coef: float = 0.1, rollout_batch_size: int = 4):  # noqa: ANN001
+    """The driver's checkpoint code (RayPPOTrainer's save and load) on stub workers and a real data loader."""
     from types import SimpleNamespace
 
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from verl.algorithms.kl import get_kl_controller
     from verl.trainer.ray_trainer import RayPPOTrainer
 
-    class Worker:
-        def save_checkpoint(self, path: str, model_only: bool, reference_path: str | None) -> None:
-            for folder in (path, reference_path):  # a reference that algorithm.ref_sync_steps moves: saved too
-                os.makedirs(folder)
-                with open(os.path.join(folder, "__0_0.distcp"), "wb") as f:
-                    f.write(b"w" * 100)
-
-    trainer_config = SimpleNamespace(save_checkpoint_path=str(tmp_path), save_model_only=False, save_limit=0)
     state = SimpleNamespace(
         config=SimpleNamespace(
-            trainer=trainer_config,
-            algorithm=SimpleNamespace(ref_sync_steps=2),
-            data=SimpleNamespace(seed=1, shuffle=True, rollout_batch_size=4),
+            trainer=SimpleNamespace(save_checkpoint_path=str(root), save_model_only=False, save_limit=0),
+            algorithm=SimpleNamespace(ref_sync_steps=ref_sync_steps),
+            data=SimpleNamespace(seed=1, shuffle=False, rollout_batch_size=rollout_batch_size),
         ),
-        reference_moved=True,
         global_step=1,
-        total_steps=1,
+        total_steps=3,
         ckpt_tracker=CheckpointTracker(),
-        actor_rollout_ref_wg=Worker(),
+        actor_rollout_ref_wg=_StubActorGroup(),
         use_critic=False,
-        train_dataloader=SimpleNamespace(state_dict=lambda: {"position": 3}, dataset=[None] * 8),
-        kl_ctrl=SimpleNamespace(state_dict=lambda: {"value": 0.1}),
+        use_reference=True,
+        reference_moved=ref_sync_steps > 0,
+        train_dataloader=StatefulDataLoader(list(range(8)), batch_size=rollout_batch_size),
+        kl_ctrl=get_kl_controller("fixed", kl_coef, 0.1, 100),
         entropy_ctrl=None,
         model_fingerprint=None,
+        resume_from=None,
     )
-    state._write_checkpoint = lambda path: RayPPOTrainer._write_checkpoint(state, path)
-    state._write_run_state = lambda path: RayPPOTrainer._write_run_state(state, path)
-    RayPPOTrainer._save_checkpoint(state, None)
+    for name in ("_write_checkpoint", "_write_run_state", "_save_checkpoint", "_load_checkpoint"):
+        setattr(state, name, getattr(RayPPOTrainer, name).__get__(state))
+    return state
+
+
+def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
+    _stub_trainer(tmp_path, ref_sync_steps=2)._save_checkpoint(None)
     with open(tmp_path / "global_step_1" / "integrity.json", encoding="utf-8") as f:
         files = json.load(f)["files"]
     assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "ref/__0_0.distcp", "trainer_state.json"]
@@ -459,7 +477,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         "global_step": 1,
         "train_rows": 8,
         "seed": 1,
-        "shuffle": True,
+        "shuffle": False,
         "rollout_batch_size": 4,
         "kl_ctrl": {"value": 0.1},
     }
@@ -471,58 +489,13 @@ def test_a_resume_keeps_a_moved_reference_and_the_configs_fixed_kl_and_says_a_ne
     """A reference that ref_sync_steps moved was saved only while ref_sync_steps > 0: resumed with it at 0, the next
     checkpoints had none, and the resume after them went back to the model path's reference. A fixed KL coefficient
     came from the checkpoint, not the config. A new rollout_batch_size changed the run's length unsaid."""
-    from types import SimpleNamespace
-
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    from verl.algorithms.kl import get_kl_controller
-    from verl.trainer.ray_trainer import RayPPOTrainer
-
-    loaded = []
-
-    class Worker:
-        def save_checkpoint(self, path: str, model_only: bool, reference_path: str | None) -> None:
-            for folder in filter(None, (path, reference_path)):
-                os.makedirs(folder)
-                with open(os.path.join(folder, "__0_0.distcp"), "wb") as f:
-                    f.write(b"w" * 100)
-
-        def load_checkpoint(self, path: str, reference_path: str | None) -> None:
-            loaded.append(reference_path)
-
-    def trainer(ref_sync_steps: int, kl_coef: float, rollout_batch_size: int) -> SimpleNamespace:
-        algorithm = SimpleNamespace(ref_sync_steps=ref_sync_steps)
-        data = SimpleNamespace(seed=1, shuffle=False, rollout_batch_size=rollout_batch_size)
-        state = SimpleNamespace(
-            config=SimpleNamespace(
-                trainer=SimpleNamespace(save_checkpoint_path=str(tmp_path), save_model_only=False, save_limit=0),
-                algorithm=algorithm,
-                data=data,
-            ),
-            global_step=1,
-            total_steps=3,
-            ckpt_tracker=CheckpointTracker(),
-            actor_rollout_ref_wg=Worker(),
-            use_critic=False,
-            use_reference=True,
-            reference_moved=ref_sync_steps > 0,
-            train_dataloader=StatefulDataLoader(list(range(8)), batch_size=rollout_batch_size),
-            kl_ctrl=get_kl_controller("fixed", kl_coef, 0.1, 100),
-            entropy_ctrl=None,
-            model_fingerprint=None,
-            resume_from=None,
-        )
-        for name in ("_write_checkpoint", "_write_run_state", "_save_checkpoint", "_load_checkpoint"):
-            setattr(state, name, getattr(RayPPOTrainer, name).__get__(state))
-        return state
-
-    trainer(ref_sync_steps=2, kl_coef=0.1, rollout_batch_size=4)._save_checkpoint(None)  # step 1, with ref/
-    resumed = trainer(ref_sync_steps=0, kl_coef=0.05, rollout_batch_size=2)
+    _stub_trainer(tmp_path, ref_sync_steps=2)._save_checkpoint(None)  # step 1, with ref/
+    resumed = _stub_trainer(tmp_path, ref_sync_steps=0, kl_coef=0.05, rollout_batch_size=2)
     resumed.resume_from = step_dir(str(tmp_path), 1)
     with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
         resumed._load_checkpoint()
-    assert loaded == [os.path.join(resumed.resume_from, "ref")] and resumed.reference_moved
-    assert resumed.kl_ctrl.value == 0.05  # the config's, not the saved 0.1
+    assert resumed.actor_rollout_ref_wg.loaded == [os.path.join(resumed.resume_from, "ref")]
+    assert resumed.reference_moved and resumed.kl_ctrl.value == 0.05  # the config's, not the saved 0.1
     assert "data.rollout_batch_size=2, and" in caplog.text and "so it ends at step 3" in caplog.text
     resumed.global_step = 2
     resumed._save_checkpoint(None)
