@@ -3,6 +3,7 @@
 """verl.envs without an engine: tool-call parsing, tools that fail, hang or run wild, loading errors, and the chat
 template continuation that the rollout appends after a model turn."""
 
+import asyncio
 import json
 import time
 
@@ -180,6 +181,40 @@ def test_tool_env_runs_tools_and_returns_errors_as_messages():
     assert final.done and final.messages == []
     with pytest.raises(ValueError, match="unique"):
         ToolEnv(tools=[add, add])
+
+
+async def lookup(key: str) -> dict:
+    """Look a key up (an `async def` tool, as a client library's).
+
+    Args:
+        key: what to look up
+    """
+    await asyncio.sleep(0)
+    return {"key": key, "value": len(key)}
+
+
+def countdown(n: int):
+    """A generator: not a result.
+
+    Args:
+        n: where to start
+    """
+    yield from range(n, 0, -1)
+
+
+def test_an_async_tool_is_awaited_and_a_generator_is_an_error():
+    """An `async def` tool answered the model with "<coroutine object lookup at 0x...>", counted as a success; a
+    generator with its repr."""
+    env = ToolEnv(tools=[lookup, countdown])
+    assert [schema["function"]["name"] for schema in env.tool_schemas()] == ["lookup", "countdown"]
+    step = env.step(
+        env.reset({}),
+        '<tool_call>{"name": "lookup", "arguments": {"key": "abc"}}</tool_call>'
+        '<tool_call>{"name": "countdown", "arguments": {"n": 3}}</tool_call>',
+    )
+    assert [message["content"] for message in step.messages][0] == '{"key": "abc", "value": 3}'
+    assert step.messages[1]["content"].startswith("Error: countdown raised TypeError: the tool returned a generator")
+    assert step.tool_calls == 2 and step.tool_errors == 1
 
 
 def test_a_tool_that_does_not_return_is_reported_and_the_episode_goes_on():

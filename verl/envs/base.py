@@ -43,7 +43,7 @@ def call_env(env: Any, name: str, hook: str, where: str, *args: Any, check: Any 
     try:
         result = getattr(env, hook)(*args)
         return result if check is None else check(result)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit in a hook (a test harness) would end the worker unnamed
         raise env_code_error(name, hook, where, error) from error
 
 
@@ -67,6 +67,12 @@ def checked_step(result: Any) -> "EnvStep":
                 f"EnvStep.messages[{index}]['content'] is a {type(message.get('content')).__name__}; give text, or a "
                 "list of content parts"
             )
+    if not isinstance(result.done, bool) and type(result.done).__name__ != "bool_":  # "false" ended the episode
+        raise TypeError(f"EnvStep.done is {_short(result.done)}; give True or False")
+    for name in ("tool_calls", "tool_errors"):
+        value = getattr(result, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise TypeError(f"EnvStep.{name} is {_short(value)}; give a count (an int, 0 or more)")
     return result
 
 

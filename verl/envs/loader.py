@@ -36,7 +36,7 @@ def load_environment(
         raise EnvironmentLoadError(f"{key}={spec!r}: the file {path} does not exist.")
     try:
         module = import_file(path, "verl_env_")
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         missing = isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] == "verifiers"
         hint = " Install verifiers with `pip install -e '.[verifiers]'`." if missing else ""
         raise EnvironmentLoadError(
@@ -55,7 +55,7 @@ def load_environment(
         )
     try:
         return cls(**dict(kwargs or {}))
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         raise EnvironmentLoadError(
             f"{key}={spec!r}: {name}(**{kwargs_key}={dict(kwargs or {})!r}) failed with "
             f"{type(error).__name__}: {error}."

@@ -7,6 +7,8 @@ blocks here, other formats (Qwen3.5's XML, GLM-4.5's) by vLLM's tool parser for 
 tool-use rollouts" covers formats, limits and concurrency.
 """
 
+import asyncio
+import inspect
 import json
 import logging
 import re
@@ -292,6 +294,10 @@ class ToolEnv(MultiTurnEnv):
         def run() -> None:
             try:  # the model's call is untrusted input: any failure, a result JSON cannot write too, goes back as text
                 result = tool(**arguments)
+                if inspect.isawaitable(result):  # an `async def` tool: run to its result in this thread
+                    result = asyncio.run(_awaited(result))
+                if inspect.isgenerator(result) or inspect.isasyncgen(result):
+                    raise TypeError("the tool returned a generator; return its result (text, or what JSON can write)")
                 outcome["text"] = result if isinstance(result, str) else json.dumps(result, default=str)
             except BaseException as error:
                 outcome["error"] = error
@@ -348,3 +354,7 @@ def assistant_message(text: str, tools: ToolCallFormat | None) -> dict[str, Any]
     if not calls:
         return {"role": "assistant", "content": text}
     return {"role": "assistant", "content": content if content.strip() else None, "tool_calls": calls}
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable

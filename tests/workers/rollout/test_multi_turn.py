@@ -24,8 +24,11 @@ pytestmark = pytest.mark.slow
 
 ENV = '''
 import asyncio
+import sys
 import threading
 import time
+
+from PIL import Image
 
 from verl.envs import ChatClientEnv, MultiTurnEnv
 from verl.envs.base import EnvStep
@@ -62,6 +65,13 @@ class WrongCountdown(Countdown):
             return [{"role": "user", "content": "again"}], False
         if self.wrong == "content":
             return EnvStep(messages=[{"role": "user", "content": 5}], done=False)
+        if self.wrong == "done":
+            return EnvStep(messages=[{"role": "user", "content": "again"}], done="false")
+        if self.wrong == "exit":
+            sys.exit("unit tests failed")
+        if self.wrong == "image":  # the text model takes no images
+            picture = {"type": "image", "image": Image.new("RGB", (8, 8))}
+            return EnvStep(messages=[{"role": "user", "content": [picture, {"type": "text", "text": "Look."}]}], done=False)
         return super().step(state, response)
 
     def episode_info(self, state):
@@ -71,16 +81,16 @@ class WrongCountdown(Countdown):
 class SlowCountdown(Countdown):
     """Countdown whose steps wait a little (as for a tool's subprocess) and count how many run at once."""
 
-    def __init__(self, rounds=2, concurrent_steps=1):
+    def __init__(self, rounds=2, concurrent_steps=1, delay_s=0.05):
         super().__init__(rounds)
-        self.concurrent_steps = concurrent_steps
+        self.concurrent_steps, self.delay_s = concurrent_steps, delay_s
         self.running, self.most_at_once, self.lock = 0, 0, threading.Lock()
 
     def step(self, state, response):
         with self.lock:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
-        time.sleep(0.05)
+        time.sleep(self.delay_s)
         with self.lock:
             self.running -= 1
         return super().step(state, response)
@@ -540,6 +550,9 @@ def test_an_environment_that_raises_is_named_with_where_it_raised(rollout, fail_
         ("step", r"step raised TypeError .*: step returned tuple \(\[\{'role': 'user', .*; return an EnvStep"),
         ("content", r"step raised TypeError .*: EnvStep.messages\[0\]\['content'\] is a int; give text"),
         ("info", r"episode_info raised TypeError .*: episode_info's values must be numbers; \{'solved': 'yes'\}"),
+        ("done", r"step raised TypeError .*: EnvStep.done is 'false'; give True or False"),  # "false" ended it
+        ("exit", r"step raised SystemExit on episode 0 after model turn 1: unit tests failed"),  # ended the worker
+        ("image", r"step raised ValueError on episode 0 after model turn 1 \(its messages\): The environment's "),
     ],
 )
 def test_an_environment_that_returns_the_wrong_thing_is_named(rollout, wrong, pattern):
@@ -554,6 +567,21 @@ def test_an_environment_that_returns_the_wrong_thing_is_named(rollout, wrong, pa
             engine.generate_sequences(prompts)
     finally:
         engine.env = step_env
+
+
+def test_a_step_waiting_for_a_thread_does_not_count_towards_the_step_timeout(rollout):
+    """Four episodes' steps of 0.3 s on one thread within a 0.5 s timeout: the last waited 0.9 s for the thread, and
+    the rollout stopped blaming the environment."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
+    engine.config.env_step_timeout_s = 0.5
+    try:
+        env = _with_env(engine, "SlowCountdown", concurrent_steps=1, delay_s=0.3)
+        assert list(engine.generate_sequences(prompts).non_tensor_batch["env_turns"]) == [3] * 4
+        assert env.most_at_once == 1
+    finally:
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout
 
 
 @pytest.mark.parametrize("workers", [1, 4])

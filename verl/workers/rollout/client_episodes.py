@@ -242,7 +242,7 @@ class ClientTurns(TurnHooks):
             await self.env.rollout(client, self.model, messages, conversation.sample.episode.state)
         except EpisodeOver:
             pass
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             sample = conversation.sample
             where = f"in episode {sample.index} (turn {sample.episode.turns + 1})"
             error = env_code_error(self.runner.env_name, "rollout", where, err)

@@ -383,13 +383,14 @@ TURN_SEED_STRIDE = 7919
 
 @dataclasses.dataclass
 class _Step:
-    started: float
     group: Group
     sample: Sample
     turn_end: str
     future: Future | None = None
     thread: int | None = None
     """The pool thread running the step, once it started (its stack is shown if the step times out)."""
+    started: float | None = None
+    """When a pool thread started it (a step queued behind others does not count towards env_step_timeout_s)."""
 
 
 class TurnHooks:
@@ -462,10 +463,10 @@ class EpisodeTurns(TurnHooks):
         if turn_end is None:
             return True
         episode = sample.episode
-        step = _Step(time.monotonic(), group, sample, turn_end)
+        step = _Step(group, sample, turn_end)
 
         def run() -> EnvStep:
-            step.thread = threading.get_ident()
+            step.thread, step.started = threading.get_ident(), time.monotonic()
             return checked_step(self.env.step(episode.state, episode.last_turn))
 
         step.future = self.pool.submit(run)
@@ -479,19 +480,22 @@ class EpisodeTurns(TurnHooks):
         timeout = self.runner.env_step_timeout_s
         for key, step in list(self.steps.items()):
             if not step.future.done():
-                if timeout > 0 and time.monotonic() - step.started > timeout:
+                if timeout > 0 and step.started is not None and time.monotonic() - step.started > timeout:
                     where = stall_report.format_stacks([step.thread], user_code_only=True) if step.thread else ""
                     raise self.runner.env_timeout_error(step.sample.index, step.sample.episode.turns, where)
                 continue
             del self.steps[key]
             episode = step.sample.episode
             before = len(episode.ids)
+            where = f"on episode {step.sample.index} after model turn {episode.turns}"
             try:
                 result = step.future.result()
-            except Exception as error:  # the environment's own code: named, with where it raised
-                where = f"on episode {step.sample.index} after model turn {episode.turns}"
+            except (Exception, SystemExit) as error:  # the environment's own code: named, with where it raised
                 raise env_code_error(self.runner.env_name, "step", where, error) from error
-            apply_step(self._for(step.group), episode, result, step.turn_end)
+            try:
+                apply_step(self._for(step.group), episode, result, step.turn_end)
+            except (TypeError, ValueError, NotImplementedError) as error:  # messages the episode cannot take
+                raise env_code_error(self.runner.env_name, "step", f"{where} (its messages)", error) from error
             step.sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
             if episode.done:
                 step.sample.finished = True
