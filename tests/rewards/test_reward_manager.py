@@ -70,6 +70,29 @@ def test_kwargs_reach_the_function(make_batch, write_reward_file, tokenizer) -> 
     assert metrics["overall"] == [10.0 * batch.batch["response_mask"].sum().item()]
 
 
+POPPING_REWARD = """
+def score(sample):
+    answers, seen = sample["ground_truth"], sample["extra_info"]["seen"]
+    seen.append(1)
+    return {"overall": float(answers.pop(0) == "4"), "seen": float(len(seen))}
+"""
+
+
+def test_a_function_that_changes_its_input_leaves_the_other_samples_of_its_prompt_alone(
+    make_batch, write_reward_file, tokenizer
+) -> None:
+    """The n samples of a prompt share its row's objects (DataProto.repeat): a function that popped the answer from
+    a list scored the first sample 1 and the others 0 (or raised), and changed the batch's column."""
+    row = make_batch(["Q"], ["4"], non_tensors={"ground_truth": [["4", "5"]], "seen": [[]]})
+    batch = row.repeat(3, interleave=True)
+    assert batch.non_tensor_batch["ground_truth"][0] is batch.non_tensor_batch["ground_truth"][2]  # shared
+    _, metrics = manager_for(f"{write_reward_file(POPPING_REWARD)}:score", tokenizer).compute_reward(batch)
+    assert metrics["overall"] == [1.0, 1.0, 1.0] and metrics["seen"] == [1.0, 1.0, 1.0]
+    assert (
+        list(batch.non_tensor_batch["ground_truth"][0]) == ["4", "5"] and list(batch.non_tensor_batch["seen"][0]) == []
+    )
+
+
 def test_reward_inputs_carry_the_whole_sample(make_batch, tokenizer) -> None:
     image = np.zeros((2, 2, 3), dtype=np.uint8)
     batch = make_batch(

@@ -6,11 +6,13 @@ The function sees the whole sample (RewardInput: response, prompt, ground truth,
 `overall` becomes the score at the last valid response token; every returned key becomes a metric.
 """
 
+import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl.protocol import DataProto, plain_value
@@ -175,17 +177,22 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
     def column(key: str, index: int) -> Any:
         return plain_value(columns[key][index]) if key in columns else None
 
+    def own(value: Any) -> Any:
+        """The n samples of a prompt share its row's objects: a function that changes its input in place (pops an
+        answer from a list) changed the other samples' inputs, and the batch's columns."""
+        return copy.deepcopy(value) if isinstance(value, (list, dict, np.ndarray)) else value
+
     return [
         RewardInput(
             response=texts[i],
             response_length=int(lengths[i]),
             response_ids=ids[i],
-            ground_truth=column("ground_truth", i),
+            ground_truth=own(column("ground_truth", i)),
             prompt=prompts[i],
-            prompt_messages=column("prompt_messages", i),
+            prompt_messages=own(column("prompt_messages", i)),
             multi_modal_data=column("multi_modal_data", i),
             uid=column("uid", i),
-            extra_info={key: plain_value(columns[key][i]) for key in extra_keys},
+            extra_info={key: own(plain_value(columns[key][i])) for key in extra_keys},
         )
         for i in range(len(data))
     ]
