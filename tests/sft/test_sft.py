@@ -221,6 +221,16 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
             {},
             "message 0: content part 0 holds its image itself; put the images in the image column",
         ),
+        (  # "\n" + "\n" is one token across the turn's start: found at the step that drew the row, after Ray started
+            {
+                "messages": [
+                    {"role": "user", "content": "2 + 2?"},
+                    {"role": "assistant", "content": "\nThe answer is 4"},
+                ]
+            },
+            {},
+            "turn 1 tokenizes differently alone than inside the conversation",
+        ),
     ],
 )
 def test_bad_rows_are_named(models, row, overrides, message) -> None:

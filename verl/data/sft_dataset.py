@@ -135,6 +135,8 @@ class SFTDataset(torch.utils.data.Dataset):
             raise SFTDataError(f"{self.source.description} has no rows.")
         self._image_sizes: dict[str, tuple[int, int]] = {}
         """(width, height) by path, for the check: an image rows share is decoded once."""
+        self._text_ids = False
+        """`encode` is checking: token ids of the text alone."""
         self._check_rows()  # every row, before training starts
         self._image_sizes = {}
 
@@ -278,9 +280,9 @@ class SFTDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------------------------------------------------ checking
 
     def _check_rows(self, chunk: int = 256) -> None:
-        """Check every row's messages, images (decoded in full) and token length against data.max_length: over it is
-        an error with data.truncation=error, and with right when no assistant token would remain. Tokenized in
-        chunks, one tokenizer call each."""
+        """Check every row's messages, images (decoded in full), assistant mask and token length against
+        data.max_length: over it is an error with data.truncation=error, and with right when no assistant token would
+        remain. Tokenized in chunks, one tokenizer call each (the masks' checks: each row on its own)."""
         for start in range(0, len(self.source), chunk):
             indices = range(start, min(start + chunk, len(self.source)))
             conversations = [self._conversation(index) for index in indices]
@@ -289,6 +291,7 @@ class SFTDataset(torch.utils.data.Dataset):
             lengths = [len(ids) + self._appends_eos(ids) for ids in encoded]
             for index, conversation, text, length in zip(indices, conversations, texts, lengths):
                 self._check_rendered_turns(index, conversation, text)
+                self.encode(index, check_only=True)  # the assistant mask can be exact
                 extra = self._image_tokens(index, conversation, text)
                 length += sum(extra)
                 if length > self.max_length:
@@ -454,23 +457,26 @@ class SFTDataset(torch.utils.data.Dataset):
         return positions if joined == ids else None
 
     def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:
-        """Token ids of `text`, image placeholders expanded by the processor."""
-        if self.processor is None:
-            return self.tokenizer.encode(text, add_special_tokens=False), {}
+        """Token ids of `text`, image placeholders expanded by the processor (unless `encode` only checks)."""
+        if self.processor is None or self._text_ids:
+            return self.text_tokenizer.encode(text, add_special_tokens=False), {}
         count = text.count(getattr(self.processor, "image_token", "<|image_pad|>"))
         encoded = processor_inputs(self.processor, text, images[:count] or None)
         return encoded["input_ids"][0].tolist(), encoded
 
     # ------------------------------------------------------------------------------------------------ encoding
 
-    def encode(self, index: int) -> dict[str, Any]:
+    def encode(self, index: int, check_only: bool = False) -> dict[str, Any]:
         """input_ids, the assistant mask (1 = learned), the images and vision inputs.
         Assistant turn i's mask spans from the end of rendered `messages[:i]` plus generation prompt to the end of
         rendered `messages[:i + 1]`, trailing whitespace excluded; where the template renders the turn otherwise once
-        others follow it, the turn as the whole conversation renders it (`_turn_in_context`)."""
+        others follow it, the turn as the whole conversation renders it (`_turn_in_context`). `check_only`: the
+        mask's checks alone, on the text (image placeholders unexpanded, which merge with no neighbour), before
+        training: a row they refuse stopped the run at its step."""
         conversation = self._conversation(index)
         messages = conversation.messages
-        images = self._load_images(conversation)
+        self._text_ids = check_only
+        images = [] if check_only else self._load_images(conversation)
         tools = conversation.tools
         full_text = self._render(messages, generation_prompt=False, tools=tools)
         ids, encoded = self._ids(full_text, images)
@@ -512,6 +518,8 @@ class SFTDataset(torch.utils.data.Dataset):
                     mask[len(end)] = 1  # the next turn's opening stops generation
                 elif self.tokenizer.eos_token_id is not None and not self.tokenizer.decode(ids[len(end) :]).strip():
                     ids, mask = [*ids[: len(end)], self.tokenizer.eos_token_id], [*mask[: len(end)], 1]  # the last
+        if check_only:  # the length and what truncation leaves: `_check_overlong`, with the images' tokens
+            return {}
         if len(ids) > self.max_length:
             if self.config.truncation == "error":
                 raise self._too_long(index, self.config.messages_key, len(ids))
