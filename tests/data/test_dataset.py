@@ -333,6 +333,21 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
         ValueError, match=r"unclosed.jinja' is not a valid Jinja template: .*'end of print statement' \(line 2\)\.$"
     ):
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(unclosed))
+    # Python's format syntax is plain text to Jinja: every prompt was the template's text, the question gone
+    python_style = tmp_path / "python_style.jinja"
+    python_style.write_text("Solve the problem: {content}\nPut the final answer in \\boxed{}.")
+    with pytest.raises(ValueError, match=r"writes no variable of the row \(\{content\} is Python's format syntax"):
+        RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(python_style))
+    # a column some JSONL rows lack is None there: it rendered as the text "None"
+    hint = tmp_path / "hint.jinja"
+    hint.write_text("{{ content }}\nHint: {{ hint }}")
+    rows = [{"prompt": "a", "answer": "1", "hint": "think"}, {"prompt": "b", "answer": "1", "hint": None}]
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'prompt': .*hint.jinja' failed on this row: a value it"):
+        RLHFDataset(rows, text_tokenizer, format_prompt=str(hint))
+    guarded = tmp_path / "guarded.jinja"
+    guarded.write_text("{{ content }}{% if hint %}\nHint: {{ hint }}{% endif %}")
+    texts = [row["prompt_text"] for row in RLHFDataset(rows, text_tokenizer, format_prompt=str(guarded))]
+    assert "Hint: think" in texts[0] and "Hint" not in texts[1] and "None" not in texts[1]
 
 
 def test_a_tokenizer_without_chat_template_is_named_with_the_key_that_gives_one(tmp_path, text_tokenizer):

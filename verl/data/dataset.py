@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jinja2 import StrictUndefined, TemplateError
+from jinja2 import StrictUndefined, TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from PIL import Image
 from torch.utils.data import Dataset
@@ -78,14 +78,33 @@ def compile_format_prompt(source: str | None, path: str, key: str = "data.format
     from `content` and the row's other columns. ValueError naming `key` and the file for one that does not parse."""
     if source is None:
         return None
+    environment = ImmutableSandboxedEnvironment(
+        undefined=StrictUndefined, keep_trailing_newline=False, finalize=_refuse_none
+    )
     try:
-        environment = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
-        return environment.from_string(source)
+        reads = meta.find_undeclared_variables(environment.parse(source))
+        template = environment.from_string(source)
     except TemplateError as error:
         raise ValueError(
             f"{key} {path!r} is not a valid Jinja template: {str(error).rstrip('.')} "
             f"(line {getattr(error, 'lineno', '?')})."
         ) from None
+    single = re.search(r"(?<!\{)\{content\}(?!\})", source)  # Python's format syntax: plain text to Jinja
+    if not reads or (single is not None and "content" not in reads):
+        hint = " ({content} is Python's format syntax; Jinja's is {{ content }})" if single else ""
+        raise ValueError(
+            f"{key} {path!r} writes no variable of the row{hint}: every prompt would be the same text. Write "
+            "{{ content }} where the row's prompt goes (other columns by their names)."
+        )
+    return template
+
+
+def _refuse_none(value: Any) -> Any:
+    """What a format_prompt writes: None is a column this row does not have (JSONL rows without the key), which
+    rendered as the text "None"."""
+    if value is None:
+        raise ValueError("a value it writes is None (a column this row lacks: guard it with {% if name %})")
+    return value
 
 
 @dataclass
