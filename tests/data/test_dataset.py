@@ -959,6 +959,18 @@ def test_each_bad_row_is_an_error_naming_file_row_and_key(tmp_path, vl25, caplog
             "holds the processor's own media token '<.image_pad.>'",
         ),
         ({"prompt": "What is <|image_pad|>?", "answer": "a"}, "prompt", "own media token"),
+        # already in the chat format: wrapped in the template a second time, with a fake empty assistant turn
+        (
+            {"prompt": "<|im_start|>user\nWhat is 2+2?<|im_end|>\n", "answer": "4"},
+            "prompt",
+            "special token '<.im_start.>'",
+        ),
+        # a message list stored as its JSON text: the model was asked the JSON
+        (
+            {"prompt": '[{"role": "user", "content": "2+2?"}]', "answer": "4"},
+            "prompt",
+            "list of messages written as JSON",
+        ),
         ({"prompt": "x", "answer": "a", "videos": ["gone.mp4"]}, "videos", "does not exist"),
         ({"prompt": "x", "answer": "a", "videos": ["broken.mp4"]}, "videos", "video 0 cannot be read"),
         ({"prompt": "x", "answer": "a", "videos": [b"raw"]}, "videos", "must be a path"),

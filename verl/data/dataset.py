@@ -5,6 +5,8 @@ Every row is checked (every image fully decoded once, since a truncated file has
 built, so bad rows fail before training, naming file, row and key; data.skip_bad_rows=true skips them instead, then
 and at load time. docs/data_flow.md lists the keys of a row."""
 
+import functools
+import json
 import logging
 import multiprocessing
 import os
@@ -47,6 +49,7 @@ from verl.data.tokenizer import (
     no_chat_template_message,
     render_chat,
     renders_tool_calls,
+    special_strings,
     template_reads,
 )
 from verl.models.config import text_only_reason
@@ -438,6 +441,34 @@ class RLHFDataset(Dataset):
             raise self._error(index, key, problem)
         return images, videos
 
+    def _check_not_rendered(self, index: int, prompt: str, given_as_messages: bool) -> None:
+        """A prompt already in the chat format (the template's markers written in it) was wrapped in the template a
+        second time; a message list stored as its JSON text was the model's question as JSON."""
+        marker = next((token for token in self._chat_markers if token in prompt), None)
+        if marker is not None:
+            problem = (
+                f"the prompt holds the special token {marker!r}: it is already in the chat format, and the chat "
+                "template would wrap it again; give the plain question (or a list of messages)"
+            )
+            raise self._error(index, self.prompt_key, problem)
+        if not given_as_messages and prompt.lstrip().startswith("[{"):
+            try:
+                parsed = json.loads(prompt)
+            except ValueError:
+                return
+            if isinstance(parsed, list) and parsed and all(isinstance(m, dict) and "role" in m for m in parsed):
+                problem = (
+                    "the prompt is a list of messages written as JSON text; store it as a list (a JSON array in the "
+                    "file, not a string), and the chat template renders it"
+                )
+                raise self._error(index, self.prompt_key, problem)
+
+    @functools.cached_property
+    def _chat_markers(self) -> list[str]:
+        """The tokenizer's special tokens but the media placeholders (their own checks say what is wrong there)."""
+        media = {getattr(self.processor, name, None) for name in ("image_token", "video_token")}
+        return [token for token in special_strings(self.tokenizer) if token not in media]
+
     def _prepare(self, index: int) -> _Prompt:
         """Validate row `index` and render its chat prompt (no pixels decoded)."""
         row = self.source.row(index)
@@ -466,6 +497,7 @@ class RLHFDataset(Dataset):
         images, videos = self._media(index, row)
         content = self._format(index, row, prompt)
         messages = [*earlier, {"role": "user", "content": self._content(index, content, len(images), len(videos))}]
+        self._check_not_rendered(index, prompt, given_as_messages)  # after the media tokens' own check
         if earlier:  # the conversation before the model's turn, as text (a client-style environment starts from it)
             content = [*earlier, {"role": "user", "content": content}]
         try:
