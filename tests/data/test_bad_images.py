@@ -173,3 +173,19 @@ def test_a_base64_data_url_reads_as_its_bytes_and_a_web_url_is_named(tmp_path, v
     with pytest.raises(DatasetRowError, match=r"image 0 cannot be read: 'iVBOR.*string of base64 char") as error:
         RLHFDataset(raw, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
     assert len(str(error.value)) < 1000  # the message names the data, it does not print it (it printed it all)
+
+
+def test_transparent_and_16_bit_images_read_as_vllm_reads_them():
+    """A plain convert("RGB") made a transparent background black (black line art on it all black) and clipped a
+    16-bit grey scan to nearly all white; vLLM and qwen_vl_utils put transparency on white."""
+    art = Image.new("RGBA", (8, 8), (0, 0, 0, 0))
+    art.putpixel((3, 3), (0, 0, 0, 255))
+    rgb = np.asarray(multimodal.resize_image(art, None, None))
+    assert rgb[0, 0].tolist() == [255, 255, 255] and rgb[3, 3].tolist() == [0, 0, 0]
+    scan = Image.fromarray(np.array([[0, 32768], [65535, 16384]], dtype=np.uint16))
+    assert scan.mode.startswith("I;16")
+    grey = np.asarray(multimodal.resize_image(scan, None, None))[..., 0]
+    assert grey.tolist() == [[0, 128], [255, 64]]
+    palette = Image.new("P", (4, 4), 0)
+    palette.info["transparency"] = 0
+    assert np.asarray(multimodal.to_rgb(palette))[0, 0].tolist() == [255, 255, 255]

@@ -96,6 +96,30 @@ def test_a_byte_that_is_not_utf8_names_the_file_and_the_line(tmp_path, name, con
     assert "iconv -f latin1 -t utf-8" in str(error.value)
 
 
+def test_a_utf16_file_and_a_ragged_csv_row_are_named_with_what_fixes_them(tmp_path):
+    """A UTF-16 file (PowerShell's `>`) was called Latin-1, whose iconv advice gave garbage; a CSV row with an extra
+    field said only "Check that it is valid csv", its line in a log line above."""
+    utf16 = tmp_path / "train.jsonl"
+    utf16.write_bytes('{"prompt": "a", "answer": "1"}\n'.encode("utf-16"))
+    with pytest.raises(ValueError, match=r"is UTF-16 \(it starts with that byte-order mark\).*iconv -f utf-16"):
+        load_source(str(utf16))
+    ragged = tmp_path / "train.csv"
+    ragged.write_text("prompt,answer\nWhat is 1 + 1?,2\nWhat is 2,000 + 1?,2001\n")
+    with pytest.raises(ValueError, match=r"Could not read dataset file .*Expected 2 fields in line 3, saw 3"):
+        rows = load_source(str(ragged))
+        [rows.row(i) for i in range(len(rows))]
+
+
+def test_a_local_file_with_easyr1s_train_split_loads_and_another_split_is_named(tmp_path):
+    """`data.jsonl@train` (EasyR1's configs) went to the hub loader: "Couldn't find any data file" for a file that
+    exists."""
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1"}\n')
+    assert load_source(f"{path}@train").row(0)["prompt"] == "a"
+    with pytest.raises(ValueError, match=r"a file holds one split, read whole; write .*data.jsonl' alone"):
+        load_source(f"{path}@test")
+
+
 def test_utf8_text_and_a_byte_order_mark_load(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_bytes(

@@ -77,9 +77,26 @@ def marker_text(content: Any) -> Any:
     return "".join(pieces)
 
 
+def to_rgb(image: Image.Image) -> Image.Image:
+    """`image` in RGB as vLLM and qwen_vl_utils read it: transparency over white (a plain convert made a transparent
+    background black, and black line art on it all black), 16- and 32-bit greys scaled to 8 bits (a plain convert
+    clipped them: 16-bit scans came out nearly all white)."""
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if image.mode.startswith("I;16") else max(float(values.max()), 1.0)
+        return Image.fromarray(np.clip(values / top * 255.0, 0, 255).round().astype(np.uint8)).convert("RGB")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
 def resize_image(image: Image.Image, min_pixels: int | None, max_pixels: int | None) -> Image.Image:
     """An RGB copy of `image` scaled into the pixel budget (unchanged if it fits)."""
-    image = image.convert("RGB") if image.mode != "RGB" else image
+    image = to_rgb(image)
     size = resized_size(image.width, image.height, min_pixels, max_pixels)
     return image.resize(size, Image.Resampling.BICUBIC) if size != image.size else image
 
@@ -281,8 +298,7 @@ def load_frames(paths: list[str], min_pixels: int | None, max_pixels: int | None
     first = load_image(paths[0], image_dir, min_pixels, max_pixels)
     frames = [np.asarray(first)]
     for path in paths[1:]:
-        image = open_image(path, image_dir)
-        image = image.convert("RGB") if image.mode != "RGB" else image
+        image = to_rgb(open_image(path, image_dir))
         frames.append(
             np.asarray(image.resize(first.size, Image.Resampling.BICUBIC) if image.size != first.size else image)
         )

@@ -227,6 +227,9 @@ def _load_file(path: str) -> Any:
         if where is not None:
             raise ValueError(f"Dataset file {path!r} is not valid JSON: {where}.") from None
         reason = str(error).rstrip(". ") or type(error).__name__
+        cause = error.__cause__ or error.__context__  # datasets' wrapper hides the parser's line ("Expected 2 fields")
+        if cause is not None and str(cause) and str(cause) not in reason:
+            reason += f" ({type(cause).__name__}: {str(cause).strip()[:300]})"
         raise ValueError(
             f"Could not read dataset file {path!r}: {reason}. Check that it is valid {builder}."
         ) from error
@@ -347,6 +350,12 @@ def _check_utf8(path: str) -> None:
     neither). Reads blocks that end at a line's end."""
     offset = lines_before = 0
     with open(path, "rb") as f:
+        if f.read(2) in (b"\xff\xfe", b"\xfe\xff"):  # PowerShell's `>` and Notepad's "Unicode"
+            raise ValueError(
+                f"Dataset file {path!r} is UTF-16 (it starts with that byte-order mark); save it as UTF-8, e.g. "
+                f"`iconv -f utf-16 -t utf-8 {shlex.quote(path)} > fixed{os.path.splitext(path)[1]}`."
+            )
+        f.seek(0)
         while block := f.read(1 << 24) + f.readline():
             try:
                 block.decode("utf-8")
@@ -503,6 +512,13 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
         return _files_source(_folder_files(path, None, spec), directory=path)
     if "@" in spec:
         name, split = spec.rsplit("@", 1)
+        if name and split and os.path.isfile(os.path.expanduser(name)):  # EasyR1's `file@train`: a file is one split
+            if split != "train":
+                raise ValueError(
+                    f"Dataset {spec!r}: a file holds one split, read whole; write {name!r} alone (or a folder whose "
+                    f"file names carry the splits, as 'folder@{split}')."
+                )
+            return _files_source([os.path.expanduser(name)])
         if name and split:
             return _hub_source(name, split, spec)
     raise FileNotFoundError(

@@ -954,7 +954,7 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     """A row's images, decoded as RGB (a path, a base64 data URL, bytes or {"bytes"/"path"} dict each), or [] without
     any."""
-    from verl.data.multimodal import open_image, resolve_path
+    from verl.data.multimodal import open_image, resolve_path, to_rgb
 
     if value is None:
         return []
@@ -962,7 +962,7 @@ def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     images = []
     for position, item in enumerate(values):
         try:
-            images.append(open_image(item, image_dir).convert("RGB"))
+            images.append(to_rgb(open_image(item, image_dir)))
         except FileNotFoundError:
             missing = f"image file {resolve_path(item, image_dir)!r} does not exist (--image-dir)"
             if isinstance(item, str) and os.path.isfile(item):  # training reads it there without data.image_dir

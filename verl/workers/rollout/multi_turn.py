@@ -98,7 +98,7 @@ def with_opened_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`messages` with OpenAI's `image_url` parts (a base64 data URL or a local path) as image parts holding the opened
     image, the form the chat templates and `message_images` read; an http(s) URL is refused (training fetches
     nothing). Messages without such parts are returned as they are."""
-    from verl.data.multimodal import open_image
+    from verl.data.multimodal import open_image, to_rgb
 
     def opened(part: Any) -> Any:
         if not isinstance(part, dict) or part.get("type") != "image_url":
@@ -111,7 +111,7 @@ def with_opened_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "base64 data URL (data:image/png;base64,...), a local path, or an image part holding a PIL image."
             )
         try:
-            return {"type": "image", "image": open_image(url).convert("RGB")}
+            return {"type": "image", "image": to_rgb(open_image(url))}
         except (OSError, ValueError) as error:
             raise ValueError(
                 f"An environment message's image_url part {url[:60]!r} is not an image: {error}"
