@@ -1025,21 +1025,32 @@ def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk
 
 def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace, capsys):
     """No traceback of the trainer's own code: one error line naming the function and the sample, then the
-    function's own frames down to the raising line."""
+    function's own frames down to the raising line. It fails in step 2, before the update: step 1, which the
+    workers hold, is saved first with the data position before step 2 (with trainer.save_freq=-1 every step was
+    lost), and the hint says the same command resumes from it."""
+    import torch
+
     from verl.trainer.main import main
 
     reward = workspace["root"] / "raising_reward.py"
-    reward.write_text("def compute_score(sample):\n    return {'overall': 1.0 / len(sample['nothing'])}\n")
+    reward.write_text(
+        "calls = []\n\n\ndef compute_score(sample):\n    calls.append(1)  # step 1's 8 samples score\n"
+        "    return {'overall': 0.0} if len(calls) <= 8 else {'overall': 1.0 / len(sample['nothing'])}\n"
+    )
     args = (f"worker.reward.reward_function={reward}:compute_score", "trainer.val_before_train=false")
     assert main(text_args(workspace, "raising_reward", *args)) == 1
     err = capsys.readouterr().err
     message = err[err.index("Error: reward function 'compute_score' in ") :]
     assert "raised KeyError on sample 0" in message and "Traceback" not in err, err
-    assert f'File "{reward}", line 2, in compute_score' in message
+    assert f'File "{reward}", line 6, in compute_score' in message
     error, hint = message.rstrip().rsplit("\n", 1)  # then where running the same command again starts
+    saved = workspace["root"] / "raising_reward" / "global_step_1"
     assert error.endswith("KeyError: 'nothing'") and hint == (
-        "No checkpoint of this run was saved: running the same command again starts over."
+        f"The latest checkpoint is {saved}: running the same command again resumes from it."
     ), message
+    assert "Step 2 stopped in the user's code (the error follows); step 1, which the workers hold, is saved" in err
+    position = json.dumps(torch.load(saved / "dataloader.pt", weights_only=True), default=str)
+    assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "1"  # step 1's batch drawn, step 2's again on resume
 
 
 def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsys):

@@ -25,9 +25,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from verl.algorithms import core_algos, rollout_correction, user_functions
 from verl.algorithms.schedules import EntropyController, response_length_at
+from verl.data.dataset import DatasetRowError
 from verl.data.rollout_dump import decode_texts, dump_rollouts
+from verl.envs.base import EnvCodeError, EnvStepTimeoutError
 from verl.protocol import DataProto
-from verl.rewards.function import RewardTimeoutError
+from verl.rewards.function import RewardFunctionError, RewardTimeoutError
 from verl.rewards.scoring import BatchScorer
 from verl.single_controller.ray.base import WorkerDiedError
 from verl.trainer.checkpointing import (
@@ -59,6 +61,9 @@ from verl.workers.rollout.request_loop import RolloutRequest
 
 
 logger = logging.getLogger(__name__)
+
+BEFORE_THE_UPDATE = (EnvCodeError, EnvStepTimeoutError, RewardFunctionError, RewardTimeoutError, DatasetRowError)
+"""Errors of the user's code or data that stop a synchronous step before its update."""
 
 GEN_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
 GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "multi_modal_data", "max_response_tokens")
@@ -171,6 +176,8 @@ class RayPPOTrainer:
         elif config.worker.rollout.mode == "sync" and config.worker.rollout.calculate_log_probs:
             self.needs_old_log_probs = True  # asked for: the engine-trainer mismatch is logged
         self.model_fingerprint = weights_fingerprint(config.worker.actor.model.model_path)  # the weights started from
+        self._loader_state_to_save: dict[str, Any] | None = None
+        """The data position a save records instead of the loader's (`_save_before_failed_step`)."""
         self.reference_moved = algo.ref_sync_steps > 0
         """The reference is not the model path's (ref_sync_steps moves it, or a resumed checkpoint held a moved one):
         each checkpoint saves it, else a resume after one without would go back to the model path's."""
@@ -548,7 +555,7 @@ class RayPPOTrainer:
         if self.use_critic:
             self.critic_wg.save_checkpoint(os.path.join(path, "critic"), trainer.save_model_only)
         if not trainer.save_model_only:
-            loader_state = self.train_dataloader.state_dict()
+            loader_state = self._loader_state_to_save or self.train_dataloader.state_dict()
             atomic_write(os.path.join(path, "dataloader.pt"), lambda f: torch.save(loader_state, f), binary=True)
             self._write_run_state(path)
             state = {
@@ -661,6 +668,28 @@ class RayPPOTrainer:
             self._save_checkpoint(val_metrics.get("val/reward_score"))
         return val_metrics
 
+    def _save_before_failed_step(self, loader_state: dict[str, Any], last_saved: int) -> None:
+        """Step N failed in the user's environment or reward code, before its update: save step N-1 (the weights the
+        workers hold) unless saved, with the data position before step N, so that a resume runs step N again. Without
+        it a run with trainer.save_freq=-1 (the default) lost every step. (The engines' seed counters have moved on:
+        the retried step samples afresh.)"""
+        done = self.global_step - 1
+        if done <= 0 or last_saved == done:
+            return
+        self.global_step, self._loader_state_to_save = done, loader_state
+        try:
+            self._save_checkpoint(None)
+        finally:
+            self._loader_state_to_save = None
+        logger.error(
+            "Step %d stopped in the user's code (the error follows); step %d, which the workers hold, is saved to %s "
+            "first: a resume runs step %d again.",
+            done + 1,
+            done,
+            step_dir(self.config.trainer.save_checkpoint_path, done),
+            done + 1,
+        )
+
     def _fit_step(
         self, progress: Any, num_devices: int, last_saved: int, last_validated: int, val_metrics: dict[str, float]
     ) -> tuple[int, int, dict[str, float]]:
@@ -669,7 +698,14 @@ class RayPPOTrainer:
         self.global_step += 1
         timing_raw: dict[str, float] = {}
         with timer("step", timing_raw):
-            batch, metrics = self.train_step(timing_raw)
+            # mode=sync: the user's code fails a step before its update, with the weights still the last step's
+            before = self.train_dataloader.state_dict() if self.config.worker.rollout.mode == "sync" else None
+            try:
+                batch, metrics = self.train_step(timing_raw)
+            except BEFORE_THE_UPDATE:
+                if before is not None:
+                    self._save_before_failed_step(before, last_saved)
+                raise
             if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
                 with timer("dump_rollouts", timing_raw):
                     dump_rollouts(batch, self.global_step, trainer.rollout_data_dir, self.tokenizer)
