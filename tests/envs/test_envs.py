@@ -509,3 +509,16 @@ def test_xml_parser_reads_fields_and_scores_the_format():
     assert parser.format_score("<answer>b</answer>") == 0.25 and parser.format_score("nothing") == 0.0
     with pytest.raises(ValueError, match="tag names"):
         XMLParser(("not a tag",))
+
+
+def test_episode_info_that_would_replace_the_trainers_counters_or_is_not_finite_is_refused():
+    """A key "turns" or "truncated" replaced the trainer's env_turns / env_truncated columns without a word; NaN and
+    infinity reached the metrics. A harness's own tool counts may replace the trainer's (verifiers' tool_calls)."""
+    from verl.envs.base import checked_info
+
+    assert checked_info({"solved": 1.0, "tool_calls": 2}) == {"solved": 1.0, "tool_calls": 2}
+    with pytest.raises(TypeError, match=r"keys \['truncated', 'turns'\] are the trainer's own counters"):
+        checked_info({"turns": 3, "truncated": 0.0})
+    for odd in ({"solved": float("nan")}, {"solved": float("inf")}, {1: 1.0}):
+        with pytest.raises(TypeError, match="keys must be text and its values finite"):
+            checked_info(odd)

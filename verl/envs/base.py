@@ -6,6 +6,7 @@ tool results; appended with a zero loss mask by verl.workers.rollout.multi_turn)
 """
 
 import dataclasses
+import math
 import numbers
 from typing import Any
 
@@ -76,13 +77,25 @@ def checked_step(result: Any) -> "EnvStep":
     return result
 
 
+EPISODE_COUNTERS = ("turns", "tool_calls", "tool_errors", "cut_tool_messages", "truncated")
+"""What the trainer counts of every episode (columns env_<name>)."""
+
+
 def checked_info(info: Any) -> dict[str, float]:
-    """`info` of an `episode_info` call, else TypeError: a dict of numbers (each becomes a float column)."""
+    """`info` of an `episode_info` call, else TypeError: a dict of finite numbers by text keys (each becomes a float
+    column env_<key>), none of them a counter only the trainer keeps (it replaced the trainer's; the tool counts may
+    come from the environment, as from a harness that runs the tools)."""
     if not isinstance(info, dict):
         raise TypeError(f"episode_info returned {type(info).__name__} {_short(info)}; return a dict of numbers")
     wrong = {key: value for key, value in info.items() if not isinstance(value, numbers.Real)}
     if wrong:
         raise TypeError(f"episode_info's values must be numbers; {_short(wrong)} are not")
+    odd = [key for key, value in info.items() if not isinstance(key, str) or not math.isfinite(value)]
+    if odd:
+        raise TypeError(f"episode_info's keys must be text and its values finite; {_short({k: info[k] for k in odd})}")
+    taken = sorted(set(info) & {"turns", "truncated", "cut_tool_messages"})  # (tool counts: a harness's own)
+    if taken:
+        raise TypeError(f"episode_info's keys {taken} are the trainer's own counters (env_<key>); name them otherwise")
     return info
 
 

@@ -22,7 +22,14 @@ import torch
 
 from verl.data.rollout_dump import transcript_messages
 from verl.data.tokenizer import TURN_MARKER, encode_rendered, special_strings
-from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, checked_step, env_code_error
+from verl.envs.base import (
+    EPISODE_COUNTERS,
+    Environment,
+    EnvStep,
+    EnvStepTimeoutError,
+    checked_step,
+    env_code_error,
+)
 from verl.envs.tools import tool_call
 from verl.protocol import to_object_array
 from verl.utils import stall_report
@@ -345,7 +352,7 @@ def episode_columns(episodes: list[Episode]) -> dict[str, np.ndarray]:
     answer) and episode_messages (see `Episode.messages`)."""
     columns = {
         f"env_{name}": np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
-        for name in ("turns", "tool_calls", "tool_errors", "cut_tool_messages", "truncated")
+        for name in EPISODE_COUNTERS
     }
     columns["last_turn"] = np.array([e.last_turn for e in episodes], dtype=object)
     columns["episode_messages"] = to_object_array([e.messages for e in episodes])
