@@ -1491,6 +1491,18 @@ def test_reward_models_and_judges_stream_where_their_processes_are_free(files):
     assert "the engines' own worker processes" in obstacle("colocated", model, judge)
 
 
+def test_tool_calls_that_may_outlast_the_step_timeout_are_refused(files):
+    """16 calls of up to 60 s each in one turn: a turn of slow calls stopped the run at env_step_timeout_s=600,
+    where the model was to read the calls' timeouts."""
+    args = [*base_args(files), "worker.rollout.env=examples/envs/calculator.py:Multiplier"]
+    load_config(args)  # 16 x 30 s: within 600 s
+    with pytest.raises(
+        ConfigError, match=r"16 tool calls \(max_calls_per_turn\) of up to 60 s each .* 960 s, more than"
+    ):
+        load_config([*args, "worker.rollout.env_kwargs={tool_timeout_s: 60}"])
+    load_config([*args, "worker.rollout.env_kwargs={tool_timeout_s: 60}", "worker.rollout.env_step_timeout_s=1200"])
+
+
 def test_asynchronous_episodes_with_tensor_parallel_engines(files):
     """The group's first process runs the episodes and its peers repeat its engine calls (engine_mirror), in both
     asynchronous modes; a rollout pool's engine spans processes of one of its nodes."""

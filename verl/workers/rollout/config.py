@@ -323,4 +323,12 @@ class RolloutConfig:
         from verl.envs.loader import EnvironmentLoadError, load_environment
 
         with as_config_error(EnvironmentLoadError):  # builds the class once: a missing file, class or bad kwargs
-            load_environment(self.env, self.env_kwargs)
+            env = load_environment(self.env, self.env_kwargs)
+        calls, each = getattr(env, "max_calls_per_turn", None), getattr(env, "tool_timeout_s", None)
+        if isinstance(calls, int) and isinstance(each, (int, float)) and 0 < self.env_step_timeout_s < calls * each:
+            raise ConfigError(  # a turn of slow calls stopped the run, where the model should have read timeouts
+                f"{prefix}env={self.env!r}: a turn's {calls} tool calls (max_calls_per_turn) of up to {each:g} s each "
+                f"(tool_timeout_s) may take {calls * each:g} s, more than {prefix}env_step_timeout_s="
+                f"{self.env_step_timeout_s:g}, which stops the run; raise env_step_timeout_s, or lower tool_timeout_s "
+                "(in env_kwargs) or the class's max_calls_per_turn."
+            )
