@@ -8,8 +8,10 @@ tool results; appended with a zero loss mask by verl.workers.rollout.multi_turn)
 import dataclasses
 import math
 import numbers
+import threading
 from typing import Any
 
+from verl.utils import stall_report
 from verl.utils.module_loading import user_traceback
 
 
@@ -38,9 +40,37 @@ def env_code_error(env: str, hook: str, where: str, error: BaseException) -> Env
     )
 
 
-def call_env(env: Any, name: str, hook: str, where: str, *args: Any, check: Any = None) -> Any:
+def call_env(env: Any, name: str, hook: str, where: str, *args: Any, check: Any = None, timeout_s: float = 0) -> Any:
     """`env.<hook>(*args)`, passed through `check`; what the environment's own code raises, or a result `check`
-    refuses, becomes an EnvCodeError naming the environment (`name`), the hook and `where`."""
+    refuses, becomes an EnvCodeError naming the environment (`name`), the hook and `where`. With `timeout_s` > 0
+    (worker.rollout.env_step_timeout_s) the call runs in a thread of its own, and one still running then is an
+    EnvStepTimeoutError showing where it waits (a `reset` that starts a container hung the rollout forever)."""
+    if timeout_s <= 0:
+        return _checked_call(env, name, hook, where, args, check)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = _checked_call(env, name, hook, where, args, check)
+        except BaseException as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"env-{hook}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        stack = stall_report.format_stacks([thread.ident], user_code_only=True)
+        raise EnvStepTimeoutError(
+            f"{name}: {hook} {where} did not return within worker.rollout.env_step_timeout_s={timeout_s:g} s, so the "
+            "rollout stops here instead of hanging. Give what it waits on its own timeout, or raise "
+            f"worker.rollout.env_step_timeout_s (<= 0 waits forever). Where it was when the time ran out:\n{stack}"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _checked_call(env: Any, name: str, hook: str, where: str, args: tuple, check: Any) -> Any:
     try:
         result = getattr(env, hook)(*args)
         return result if check is None else check(result)

@@ -125,13 +125,15 @@ class FailingCountdown(Countdown):
 class HangingCountdown(Countdown):
     """Countdown whose step for one episode (in reset order) waits until `release` is set: a hung remote call."""
 
-    def __init__(self, rounds=2, hang_episode=2, concurrent_steps=1):
+    def __init__(self, rounds=2, hang_episode=2, concurrent_steps=1, hang_in="step"):
         super().__init__(rounds)
-        self.hang_episode, self.concurrent_steps = hang_episode, concurrent_steps
+        self.hang_episode, self.concurrent_steps, self.hang_in = hang_episode, concurrent_steps, hang_in
         self.episodes, self.release = 0, threading.Event()
 
     def reset(self, row):
         self.episodes += 1
+        if self.hang_in == "reset" and self.episodes - 1 == self.hang_episode:
+            self.release.wait(120)  # a container that does not start
         return {"row": row, "turn": 0, "episode": self.episodes - 1}
 
     def step(self, state, response):
@@ -606,6 +608,25 @@ def test_a_hung_environment_step_stops_the_rollout_naming_it(rollout, workers):
         assert where[2].strip() == "self.release.wait(120)", where
     finally:
         env.release.set()  # the hung step's thread ends
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout
+
+
+def test_a_hung_reset_stops_the_rollout_naming_it(rollout):
+    """reset ran with no timeout: a reset that waited on a service hung the rollout for good."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
+    engine.config.env_step_timeout_s = 0.5
+    env = _with_env(engine, "HangingCountdown", hang_in="reset")
+    try:
+        with pytest.raises(
+            EnvStepTimeoutError,
+            match=r"HangingCountdown \(worker.rollout.env\): reset for prompt row 1 did not return within worker.rollout.env_step_timeout_s=0.5 s",
+        ) as info:
+            engine.generate_sequences(prompts)
+        assert "self.release.wait(120)" in str(info.value)  # where it waits
+    finally:
+        env.release.set()
         engine.env, engine.config.env_step_timeout_s = step_env, timeout
 
 

@@ -630,8 +630,17 @@ class VLLMRollout:
             if self.processor is not None:  # every worker's output has the same columns, with or without env images
                 self._add_environment_images(episodes, rows, tensors, non_tensors)
             non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
+            limit = self.config.env_step_timeout_s
             infos = [
-                call_env(self.env, self._env_name, "episode_info", f"for episode {i}", e.state, check=checked_info)
+                call_env(
+                    self.env,
+                    self._env_name,
+                    "episode_info",
+                    f"for episode {i}",
+                    e.state,
+                    check=checked_info,
+                    timeout_s=limit,
+                )
                 for i, e in enumerate(episodes)
             ]
             for name in sorted({key for info in infos for key in info}):
@@ -653,7 +662,8 @@ class VLLMRollout:
             for seed in seeds[row]:  # each its own copy: an environment may change the row's lists and dicts
                 own = copy.deepcopy({key: value for key, value in fields.items() if key != "prompt_images"})
                 own["prompt_images"] = list(fields["prompt_images"])  # the pictures themselves are shared
-                state = call_env(self.env, self._env_name, "reset", f"for prompt row {row}", own)
+                where, limit = f"for prompt row {row}", self.config.env_step_timeout_s
+                state = call_env(self.env, self._env_name, "reset", where, own, timeout_s=limit)
                 episodes.append(Episode(prompt_input=item, state=state, seed=seed))
         return episodes
 
