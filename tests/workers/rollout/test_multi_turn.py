@@ -871,8 +871,10 @@ def test_each_episode_of_a_prompt_gets_its_own_copy_of_the_row():
             row["facts"].append(len(row["facts"]))
             return {"row": row}
 
-    rollout = VLLMRollout.__new__(VLLMRollout)  # what _new_episodes reads: the environment
-    rollout.env = Notes()
+    from types import SimpleNamespace
+
+    rollout = VLLMRollout.__new__(VLLMRollout)  # what _new_episodes reads: the environment, the step timeout
+    rollout.env, rollout.config = Notes(), SimpleNamespace(env_step_timeout_s=600.0)
     prompts = DataProto.from_dict(non_tensors={"facts": [["a"]], "multi_modal_data": [{"images": ["picture"]}]})
     episodes = rollout._new_episodes(prompts, [{"prompt_token_ids": [1]}], [[1, 2, 3]])
     assert [episode.state["row"]["facts"] for episode in episodes] == [["a", 1]] * 3
