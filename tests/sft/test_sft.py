@@ -242,6 +242,25 @@ def test_bad_rows_are_named(models, row, overrides, message) -> None:
     assert message in str(excinfo.value)
 
 
+def test_a_template_that_drops_the_last_turns_thinking_is_refused(models) -> None:
+    """DeepSeek-R1's template keeps what follows </think> in every assistant turn: the reasoning an SFT set teaches
+    was masked out without a word (the answer alone learned)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(models["text"])
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'user' %}<|im_start|>user\n{{ m['content'] }}<|im_end|>\n"
+        "{% else %}<|im_start|>assistant\n{{ m['content'].split('</think>')[-1] | trim }}<|im_end|>\n{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    question = {"role": "user", "content": "2 + 2?"}
+    thinking = {"messages": [question, {"role": "assistant", "content": "<think>\n2 and 2\n</think>\n\n4"}]}
+    with pytest.raises(SFTDataError, match=r"row 0.*renders the last assistant turn without part of its content"):
+        SFTDataset([thinking], tokenizer, None, data_config())
+    plain = {"messages": [question, {"role": "assistant", "content": "  4 "}]}  # trimmed: the same content
+    assert SFTDataset([plain], tokenizer, None, data_config()).encode(0)["loss_mask"].count(1) > 0
+
+
 def test_too_long_conversations_error_or_are_cut(models) -> None:
     from transformers import AutoTokenizer
 

@@ -312,10 +312,20 @@ class SFTDataset(torch.utils.data.Dataset):
             if span is None:
                 return
             before, through = span
-            if not through[len(before) :].removesuffix(closing).strip():
+            rendered = through[len(before) :].removesuffix(closing)
+            if not rendered.strip():
                 problem = (
                     f"the conversation's assistant turn {count} (from 0) renders empty: the template drops what it holds (Qwen3 "
                     f"drops the thinking of every turn but the last), so {_EMPTY_ANSWER}"
+                )
+                raise self._error(index, self.rows_key, problem)
+            content = messages[turn]["content"]
+            last = count == len(assistants) - 1 and isinstance(content, str)
+            if last and "".join(content.split()) not in "".join(rendered.split()):
+                problem = (
+                    "the chat template renders the last assistant turn without part of its content (DeepSeek-R1's "
+                    "drops the <think> block of every turn), so the model would not learn it; give a template that "
+                    "keeps it (data.override_chat_template)"
                 )
                 raise self._error(index, self.rows_key, problem)
 
