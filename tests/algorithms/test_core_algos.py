@@ -314,6 +314,17 @@ def test_cispo_weights_the_log_prob_gradient_by_the_stopped_clipped_ratio() -> N
     assert metrics["pg_clipfrac_lower"] == 0.0
 
 
+def test_gpg_is_the_plain_policy_gradient_whatever_the_ratio() -> None:
+    """verl's loss_mode=gpg: -A log pi. Missing, a GPG recipe ran the PPO clip, which held these tokens (no
+    gradient) once the update was off-policy."""
+    inputs = policy_inputs([1.5, 0.5], [1.0, -1.0])
+    log_probs = inputs["log_probs"].detach()[0]
+    loss, grad, metrics = run_policy_loss(inputs, "gpg")
+    assert loss == pytest.approx((-torch.tensor([1.0, -1.0]) * log_probs).mean().item(), rel=1e-6)
+    torch.testing.assert_close(grad, torch.tensor([-0.5, 0.5]))
+    assert metrics["pg_clipfrac"] == 0.0
+
+
 def test_sapo_soft_gate_value_and_gradient() -> None:
     ratios, advantages = [1.0, 1.0, 1.6, 0.4, 2.5], [1.0, -1.0, 1.0, -2.0, -1.0]
     loss, grad, metrics = run_policy_loss(
@@ -488,14 +499,16 @@ def test_explained_variance() -> None:
 # ---------------------------------------------------------------- online filtering
 
 
-def test_filter_keeps_groups_whose_mean_is_strictly_inside() -> None:
-    scores = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.5, 0.5]
-    group_ids = np.array(["a", "b", "a", "b", "c", "c", "d", "d"], dtype=object)  # interleaved on purpose
+def test_filter_keeps_groups_whose_mean_is_strictly_inside_and_whose_scores_differ() -> None:
+    """All-equal groups have zero advantage: dropped also where their mean lies inside the bounds (d, a key that is
+    not 0/1 such as `overall` with a format term: it was kept, diluting the batch as DAPO's filter is to avoid)."""
+    scores = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.5, 0.5, 0.25, 0.75]
+    group_ids = np.array(["a", "b", "a", "b", "c", "c", "d", "d", "e", "e"], dtype=object)  # interleaved on purpose
     kept = filter_groups_by_reward(scores, group_ids, low=0.01, high=0.99)
-    assert kept.tolist() == [1, 3, 6, 7]  # a (all right) and c (all wrong) are dropped
+    assert kept.tolist() == [1, 3, 8, 9]  # a (all right), c (all wrong) and d (all 0.5) are dropped
     assert filter_groups_by_reward(torch.tensor(scores), group_ids, 0.5, 0.99).tolist() == []  # strict bounds
-    assert filter_groups_by_reward(np.array(scores), group_ids, 0.49, 1.01).tolist() == [0, 1, 2, 3, 6, 7]
-    with pytest.raises(ValueError, match="got 8 scores but 2 uids"):
+    assert filter_groups_by_reward(np.array(scores), group_ids, 0.49, 1.01).tolist() == [1, 3, 8, 9]
+    with pytest.raises(ValueError, match="got 10 scores but 2 uids"):
         filter_groups_by_reward(scores, ["a", "b"], 0.0, 1.0)
 
 
@@ -507,7 +520,7 @@ def test_easyr1_import_path_is_an_alias_of_the_algorithms_package():
     assert all(getattr(easyr1_path, name) is getattr(algorithms, name) for name in algorithms.__all__)
 
 
-@pytest.mark.parametrize("loss_type", ["default", "gspo", "gspo_token", "cispo", "sapo", "geo_mean"])
+@pytest.mark.parametrize("loss_type", ["default", "gspo", "gspo_token", "cispo", "gpg", "sapo", "geo_mean"])
 def test_the_settings_a_policy_loss_is_said_to_read_are_those_that_change_its_loss(loss_type):
     """policy_loss_options (the actor config refuses a setting the loss does not read by it) against what each
     built-in loss computes, its value and its gradient."""

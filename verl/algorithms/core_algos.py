@@ -170,7 +170,8 @@ def filter_groups_by_reward(
     high: float,
 ) -> np.ndarray:
     """DAPO dynamic sampling (arXiv 2503.14476): in order, the indices of samples whose group's mean score is strictly
-    in (low, high) (NaN dropped); all-equal groups have zero advantage and only dilute the batch."""
+    in (low, high) (NaN dropped) and whose scores are not all equal: such a group has zero advantage and only dilutes
+    the batch (with a filter key that is not 0/1, e.g. `overall` with a format term, its mean may lie inside)."""
     if isinstance(scores_by_sample, torch.Tensor):
         scores_by_sample = scores_by_sample.detach().float().cpu().numpy()
     scores = np.asarray(scores_by_sample, dtype=np.float64).reshape(-1)
@@ -180,5 +181,5 @@ def filter_groups_by_reward(
     groups: dict[Any, list[float]] = {}
     for uid, score in zip(uids, scores):
         groups.setdefault(uid, []).append(score)
-    kept = {uid for uid, group in groups.items() if low < sum(group) / len(group) < high}
+    kept = {uid for uid, group in groups.items() if low < sum(group) / len(group) < high and max(group) > min(group)}
     return np.array([i for i, uid in enumerate(uids) if uid in kept], dtype=np.int64)

@@ -164,6 +164,13 @@ def _cispo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     return PolicyLossTerms(loss_mat, ratio > high, ratio < low)
 
 
+@register_policy_loss("gpg", options=())
+def _gpg_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    """GPG (arXiv 2504.02546; verl's loss_mode=gpg): the plain policy gradient -A log pi, no ratio and no clip (with
+    adv_estimator=gpg; the same as the PPO loss only when every update is on-policy)."""
+    return PolicyLossTerms(-x.advantages * x.log_probs)
+
+
 @register_policy_loss("sapo", loss_avg_mode="seq-mean-token-mean", options=("tau_positive", "tau_negative"))
 def _sapo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     tau = torch.where(x.advantages > 0, x.tau_positive, x.tau_negative)

@@ -245,7 +245,8 @@ class AlgorithmConfig:
     kl_target: float = 0.1
     """Target KL of the adaptive KL controller."""
     online_filtering: bool = False
-    """DAPO dynamic sampling: drop groups whose mean reward lies outside (filter_low, filter_high)."""
+    """DAPO dynamic sampling: drop groups whose mean reward lies outside (filter_low, filter_high), and groups whose
+    rewards are all equal (zero advantage, wherever their mean lies)."""
     filter_key: str = "overall"
     """Reward key averaged per group for online filtering."""
     filter_low: float = 0.01

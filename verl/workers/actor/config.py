@@ -86,9 +86,9 @@ class ActorConfig:
     token-mean for the others (a loss from a file included); another mode for those is allowed, with a warning.
     EasyR1's token and seq are accepted as token-mean and seq-mean-token-mean, with a deprecation warning."""
     loss_type: str = "default"
-    """Policy loss: default (PPO clip), gspo, gspo_token, cispo, sapo or geo_mean (GMPO, whose clip ratios bound the
-    log-ratio; see verl.algorithms.policy_losses), or your own as 'path/to/file.py:function' (README.md, "Your own
-    algorithm")."""
+    """Policy loss: default (PPO clip), gspo, gspo_token, cispo, gpg (-A log pi, for adv_estimator=gpg), sapo or
+    geo_mean (GMPO, whose clip ratios bound the log-ratio; see verl.algorithms.policy_losses), or your own as
+    'path/to/file.py:function' (README.md, "Your own algorithm")."""
     tau_positive: float = 1.0
     """SAPO gate temperature for tokens with a positive advantage."""
     tau_negative: float = 1.05
