@@ -679,6 +679,9 @@ class RayPPOTrainer:
         self.global_step, self._loader_state_to_save = done, loader_state
         try:
             self._save_checkpoint(None)
+        except Exception as save_error:  # (a full disk): the step's own error is the one to report
+            logger.error("Step %d could not be saved before stopping: %s", done, save_error)
+            return
         finally:
             self._loader_state_to_save = None
         logger.error(
