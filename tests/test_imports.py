@@ -119,6 +119,10 @@ def _import_alone(name: str) -> str | None:
     return None
 
 
+IMPORTS_TIMEOUT_S = 300
+"""Each module alone takes about 20 s in all on an idle machine."""
+
+
 def test_every_module_imports_on_its_own():
     for heavy in ("torch", "transformers", "ray", "tensordict", "PIL.Image", "datasets"):
         importlib.import_module(heavy)
@@ -131,12 +135,19 @@ def test_every_module_imports_on_its_own():
     saved = {module: sys.modules.pop(module) for module in leftovers}  # the children start without any verl module
     try:
         names = sorted(package_modules())
-        with signals_held():
-            pool = multiprocessing.get_context("fork").Pool(
-                min(2, os.cpu_count() or 1), maxtasksperchild=1, initializer=reset_child_signals
-            )
-        with pool:
-            errors = dict(zip(names, pool.map(_import_alone, names, chunksize=1)))
+        for attempt in range(2):
+            with signals_held():
+                pool = multiprocessing.get_context("fork").Pool(
+                    min(2, os.cpu_count() or 1), maxtasksperchild=1, initializer=reset_child_signals
+                )
+            with pool:  # a child forked while another thread of this process held a lock can wait on it for ever
+                try:
+                    errors = dict(zip(names, pool.map_async(_import_alone, names, chunksize=1).get(IMPORTS_TIMEOUT_S)))
+                    break
+                except multiprocessing.TimeoutError:
+                    assert attempt == 0, (
+                        f"importing the package's modules one by one took over {IMPORTS_TIMEOUT_S} s twice"
+                    )
     finally:
         sys.modules.update(saved)
     failed = {name: error for name, error in errors.items() if error}
