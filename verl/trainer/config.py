@@ -558,14 +558,22 @@ def _copy_derived(config: PPOConfig) -> None:
         setattr(attrgetter(section)(config), name, attrgetter(source)(config))
 
 
+def spec_file(spec: str | None) -> str | None:
+    """The file of a "path/to/file.py:function" value, or of a bare "path/to/file.py" (None for a registered name or
+    a module)."""
+    if not spec or ".py" not in spec:
+        return None
+    path, sep, _ = spec.rpartition(":")
+    return path if sep and path.endswith(".py") else spec
+
+
 def _absolutize_function(spec: str | None, default: str | None = "main") -> str | None:
     """ "path/to/file.py:function" with the path made absolute; a bare "path/to/file.py" gets `default` as its
     function (None: it stays bare)."""
-    if not spec or ".py" not in spec:
+    path = spec_file(spec)
+    if path is None:
         return spec
-    path, sep, function = spec.rpartition(":")
-    if not sep or not path.endswith(".py"):
-        path, function = spec, default
+    function = default if path == spec else spec[len(path) + 1 :]
     return absolute_path(path) if function is None else f"{absolute_path(path)}:{function}"
 
 

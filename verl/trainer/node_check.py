@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from verl.algorithms.advantages import estimator_needs_critic
 from verl.single_controller.ray.resource import cluster_nodes
-from verl.trainer.config import PPOConfig
+from verl.trainer.config import PPOConfig, spec_file
 from verl.trainer.ray_setup import SetupError
 from verl.trainer.run_lock import LOCK_FILE
 
@@ -36,14 +36,6 @@ HOW_TO_SHARE = (
 )
 
 
-def _spec_file(spec: str | None) -> str | None:
-    """The file of a "path/to/file.py:function" value (None for a registered name or a module)."""
-    if not spec or ".py" not in spec:
-        return None
-    path, sep, _ = spec.rpartition(":")
-    return path if sep and path.endswith(".py") else spec
-
-
 def rl_worker_paths(config: PPOConfig, resumed: str | None) -> dict[str, str]:
     """The local paths that a worker, the reward actor or the judge reads (any node may run them), by config key:
     those that exist here. The datasets are the driver's alone."""
@@ -53,26 +45,26 @@ def rl_worker_paths(config: PPOConfig, resumed: str | None) -> dict[str, str]:
         "worker.actor.model.model_path": actor.model.model_path,
         "worker.actor.model.tokenizer_path": actor.model.tokenizer_path,
         "data.override_chat_template": config.data.override_chat_template,
-        "worker.rollout.env": _spec_file(worker.rollout.env),
+        "worker.rollout.env": spec_file(worker.rollout.env),
         "the checkpoint to resume from": resumed,
-        "worker.actor.loss_type": _spec_file(actor.loss_type),
-        "worker.actor.loss_avg_mode": _spec_file(actor.loss_avg_mode),
+        "worker.actor.loss_type": spec_file(actor.loss_type),
+        "worker.actor.loss_avg_mode": spec_file(actor.loss_avg_mode),
     }
     if actor.use_kl_loss:
-        paths["algorithm.kl_penalty"] = _spec_file(algorithm.kl_penalty)
+        paths["algorithm.kl_penalty"] = spec_file(algorithm.kl_penalty)
     if estimator_needs_critic(algorithm.adv_estimator):
         paths["worker.critic.model.model_path"] = worker.critic.model.model_path
         paths["worker.critic.model.tokenizer_path"] = worker.critic.model.tokenizer_path
-        paths["worker.critic.loss_avg_mode"] = _spec_file(worker.critic.loss_avg_mode)
+        paths["worker.critic.loss_avg_mode"] = spec_file(worker.critic.loss_avg_mode)
     if reward.model.model_path:
         paths["worker.reward.model.model_path"] = reward.model.model_path
         paths["worker.reward.model.tokenizer_path"] = reward.model.tokenizer_path
     if reward.run_in == "actor":
-        paths["worker.reward.reward_function"] = _spec_file(reward.reward_function)
-        paths.update({f"worker.reward.routes.{name}": _spec_file(spec) for name, spec in reward.routes.items()})
+        paths["worker.reward.reward_function"] = spec_file(reward.reward_function)
+        paths.update({f"worker.reward.routes.{name}": spec_file(spec) for name, spec in reward.routes.items()})
         for name, part in reward.rubric.items():
             if isinstance(part, dict) and isinstance(part.get("function"), str):
-                paths[f"worker.reward.rubric.{name}.function"] = _spec_file(part["function"])
+                paths[f"worker.reward.rubric.{name}.function"] = spec_file(part["function"])
     if reward.judge.enabled:
         paths["worker.reward.judge.model_path"] = reward.judge.model_path
         paths["worker.reward.judge.template"] = reward.judge.template
