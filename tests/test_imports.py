@@ -3,9 +3,10 @@
 """Every module of the package imports on its own, and the package's modules import each other without a cycle.
 
 The static check reads every `import` of the package (those inside functions too: a cycle held together by imports
-inside functions is still a cycle). The dynamic check imports each module first, in a forked child of a process
-that has the heavy third-party libraries loaded but no `verl` module, so a module that works only because another
-one was imported before it fails here.
+inside functions is still a cycle). The dynamic check imports each module first, in a child forked from a fresh
+single-threaded server process that has the heavy third-party libraries loaded but no `verl` module, so a module that
+works only because another one was imported before it fails here. (Children forked from the test process itself
+inherit its other threads' locks: one waited for ever on a lock that a thread of the xdist worker held at the fork.)
 """
 
 import ast
@@ -123,24 +124,20 @@ IMPORTS_TIMEOUT_S = 300
 """Each module alone takes about 20 s in all on an idle machine."""
 
 
-def test_every_module_imports_on_its_own():
-    for heavy in ("torch", "transformers", "ray", "tensordict", "PIL.Image", "datasets"):
-        importlib.import_module(heavy)
-    # A Python SIGTERM handler (Ray's, once a test in this process started Ray) never runs in a child that the pool's
-    # thread forks, so the pool's terminate would wait for ever on it: the children reset their signals, as the
-    # trainer's forked workers do.
-    from verl.utils.child_signals import reset_child_signals, signals_held
+HEAVY_MODULES = ("torch", "transformers", "ray", "tensordict", "PIL.Image", "datasets")
 
+
+def test_every_module_imports_on_its_own():
+    # The children fork from a forkserver: a process started afresh (no thread, lock or signal handler of this one),
+    # which imports the heavy libraries once and forks a child per module.
     leftovers = [module for module in sys.modules if module == "verl" or module.startswith("verl.")]
-    saved = {module: sys.modules.pop(module) for module in leftovers}  # the children start without any verl module
+    saved = {module: sys.modules.pop(module) for module in leftovers}  # the server starts without any verl module
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(HEAVY_MODULES))
     try:
         names = sorted(package_modules())
         for attempt in range(2):
-            with signals_held():
-                pool = multiprocessing.get_context("fork").Pool(
-                    min(2, os.cpu_count() or 1), maxtasksperchild=1, initializer=reset_child_signals
-                )
-            with pool:  # a child forked while another thread of this process held a lock can wait on it for ever
+            with context.Pool(min(2, os.cpu_count() or 1), maxtasksperchild=1) as pool:
                 try:
                     errors = dict(zip(names, pool.map_async(_import_alone, names, chunksize=1).get(IMPORTS_TIMEOUT_S)))
                     break

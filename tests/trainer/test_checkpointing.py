@@ -454,6 +454,7 @@ def _stub_trainer(root, ref_sync_steps: int, kl_coef: float = 0.1, rollout_batch
         use_reference=True,
         reference_moved=ref_sync_steps > 0,
         train_dataloader=StatefulDataLoader(list(range(8)), batch_size=rollout_batch_size),
+        _loader_state_to_save=None,
         kl_ctrl=get_kl_controller("fixed", kl_coef, 0.1, 100),
         entropy_ctrl=None,
         model_fingerprint=None,
