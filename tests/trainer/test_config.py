@@ -1503,6 +1503,29 @@ def test_tool_calls_that_may_outlast_the_step_timeout_are_refused(files):
     load_config([*args, "worker.rollout.env_kwargs={tool_timeout_s: 60}", "worker.rollout.env_step_timeout_s=1200"])
 
 
+def test_the_environment_the_config_check_builds_is_released(files):
+    """Validation builds the environment class once (a missing file, a bad keyword): what its __init__ started (a
+    server) is released at once, not left running for the whole run."""
+    (files / "env.py").write_text(
+        "from verl.envs import MultiTurnEnv\n"
+        "class Served(MultiTurnEnv):\n"
+        "    def __init__(self, log):\n"
+        "        self.log = log\n"
+        "        open(log, 'a').write('start\\n')\n"
+        "    def release(self):\n"
+        "        open(self.log, 'a').write('release\\n')\n"
+    )
+    log = files / "log.txt"
+    load_config(
+        [
+            *base_args(files),
+            f"worker.rollout.env={files / 'env.py'}:Served",
+            f"worker.rollout.env_kwargs={{log: {log}}}",
+        ]
+    )
+    assert log.read_text().split() == ["start", "release"]
+
+
 def test_asynchronous_episodes_with_tensor_parallel_engines(files):
     """The group's first process runs the episodes and its peers repeat its engine calls (engine_mirror), in both
     asynchronous modes; a rollout pool's engine spans processes of one of its nodes."""

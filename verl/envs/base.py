@@ -6,6 +6,7 @@ tool results; appended with a zero loss mask by verl.workers.rollout.multi_turn)
 """
 
 import dataclasses
+import logging
 import math
 import numbers
 import threading
@@ -13,6 +14,12 @@ from typing import Any
 
 from verl.utils import stall_report
 from verl.utils.module_loading import user_traceback
+
+
+logger = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT_S = 10.0
+"""Longest an environment's `release` may take (a hung one is left with a warning)."""
 
 
 class EnvCodeError(RuntimeError):
@@ -68,6 +75,23 @@ def call_env(env: Any, name: str, hook: str, where: str, *args: Any, check: Any 
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def release_env(env: "Environment", name: str) -> None:
+    """A step environment's `release()` in a thread of its own, given up after RELEASE_TIMEOUT_S with a warning, as
+    is an error it raises: it may neither hide the error that ended the episodes nor hold a shutdown."""
+
+    def run() -> None:
+        try:
+            env.release()
+        except (Exception, SystemExit) as error:
+            logger.warning("%s.release did not finish cleanly: %s: %s", name, type(error).__name__, error)
+
+    thread = threading.Thread(target=run, name="env-release", daemon=True)
+    thread.start()
+    thread.join(RELEASE_TIMEOUT_S)
+    if thread.is_alive():
+        logger.warning("%s.release did not return within %g s; it is left running.", name, RELEASE_TIMEOUT_S)
 
 
 def _checked_call(env: Any, name: str, hook: str, where: str, args: tuple, check: Any) -> Any:
@@ -170,6 +194,12 @@ class Environment:
         """Numbers about a finished episode (e.g. {"solved": 1.0}); each becomes the column env_<name>, which the
         reward function reads as extra_info["env_<name>"] and the trainer logs as env/<name>/mean."""
         return {}
+
+    def release(self) -> None:
+        """Release what the episodes share across calls (a server or container the class started): called when a
+        worker's episodes end (the end of training, a failed rollout call), by the driver after it read the class's
+        settings, and at the end of evaluate; it may come more than once, and a later episode may start them again. A ChatClientEnv's `release` is a
+        coroutine, run on its episodes' event loop."""
 
 
 class SingleTurnEnv(Environment):

@@ -39,6 +39,7 @@ from verl.envs.base import (
     checked_info,
     checked_step,
     env_code_error,
+    release_env,
 )
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client, reply_reasoning
 from verl.envs.loader import load_environment
@@ -727,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[dict[str, Any]] = []
     scores: list[dict[str, float]] = []
     with contextlib.ExitStack() as cleanup:
+        if not isinstance(env, ChatClientEnv):  # a ChatClientEnv releases after each episode
+            cleanup.callback(release_env, env, f"{type(env).__name__} (--env)")
         if scorer is not None:
             cleanup.callback(scorer.close)
         connection = {"base_url": args.base_url, "api_key": "unused", "timeout": args.timeout}

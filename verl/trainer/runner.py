@@ -282,11 +282,15 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     tools = None
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
         from verl.envs import load_environment
+        from verl.envs.base import release_env
+        from verl.envs.client_env import ChatClientEnv
         from verl.envs.tools import tool_call_format
 
         env = load_environment(rollout.env, rollout.env_kwargs)
         schemas = getattr(env, "tool_schemas", None)
         tools = schemas() if schemas is not None else None
+        if not isinstance(env, ChatClientEnv):  # the workers build their own; what this one started ends now
+            release_env(env, f"{type(env).__name__} (worker.rollout.env)")
         if tools and not template_reads(processor or tokenizer, "tools"):
             logger.warning(
                 "worker.rollout.env=%r: the chat template of %s does not read `tools`, so the tools' schemas are not "

@@ -51,6 +51,11 @@ class Countdown(MultiTurnEnv):
         self.replies.append(message)
         return [message], False
 
+    def release(self):
+        self.releases = getattr(self, "releases", 0) + 1
+        if getattr(self, "hang_release", False):
+            threading.Event().wait(60)
+
 
 class WrongCountdown(Countdown):
     """Countdown that gets the interface wrong: `wrong` is "step" (a tuple for an EnvStep), "content" (a number for a
@@ -128,17 +133,17 @@ class HangingCountdown(Countdown):
     def __init__(self, rounds=2, hang_episode=2, concurrent_steps=1, hang_in="step"):
         super().__init__(rounds)
         self.hang_episode, self.concurrent_steps, self.hang_in = hang_episode, concurrent_steps, hang_in
-        self.episodes, self.release = 0, threading.Event()
+        self.episodes, self.unblock = 0, threading.Event()
 
     def reset(self, row):
         self.episodes += 1
         if self.hang_in == "reset" and self.episodes - 1 == self.hang_episode:
-            self.release.wait(120)  # a container that does not start
+            self.unblock.wait(120)  # a container that does not start
         return {"row": row, "turn": 0, "episode": self.episodes - 1}
 
     def step(self, state, response):
         if state["episode"] == self.hang_episode:
-            self.release.wait(120)
+            self.unblock.wait(120)
         return super().step(state, response)
 
 
@@ -394,6 +399,35 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         engine.env = step_env
 
 
+def test_a_step_environment_releases_what_it_shares_when_the_rollout_closes(rollout, caplog, monkeypatch):
+    """A step environment's `release` (a server its __init__ started) runs once at the run's end (close_envs), not
+    between calls; one that hangs is given up after RELEASE_TIMEOUT_S with a warning."""
+    import verl.envs.base as env_base
+
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        env = _with_env(engine, "Countdown")
+        engine.generate_calls = 0
+        engine.generate_sequences(prompts)
+        engine.generate_sequences(prompts)
+        assert getattr(env, "releases", 0) == 0  # kept for the next call's episodes
+        engine.close_envs()
+        assert env.releases == 1 and engine.call_loop.turns is None
+        env = _with_env(engine, "Countdown")
+        env.hang_release = True
+        engine.generate_sequences(prompts)
+        monkeypatch.setattr(env_base, "RELEASE_TIMEOUT_S", 0.2)
+        started = time.monotonic()
+        engine.close_envs()
+        assert env.releases == 1 and time.monotonic() - started < 30
+        assert "Countdown (worker.rollout.env).release did not return within 0.2 s" in caplog.text
+    finally:
+        engine.env = step_env
+        engine.call_loop.turns = None
+
+
 @pytest.mark.parametrize("env_name", ["Countdown", "ClientCountdown"])
 def test_a_turn_stopped_by_a_validation_stop_token_ends_its_episode_as_finished(rollout, env_name):
     """val_override_config.stop_token_ids: a model turn that stops on one is the episode's answer, as a single-turn
@@ -605,9 +639,9 @@ def test_a_hung_environment_step_stops_the_rollout_naming_it(rollout, workers):
         where = str(info.value).split("Where the step was when the time ran out:\n")[1].splitlines()
         env_file = engine.config.env.rpartition(":")[0]
         assert where[1].startswith(f'  File "{env_file}"') and where[1].endswith("in step"), where
-        assert where[2].strip() == "self.release.wait(120)", where
+        assert where[2].strip() == "self.unblock.wait(120)", where
     finally:
-        env.release.set()  # the hung step's thread ends
+        env.unblock.set()  # the hung step's thread ends
         engine.env, engine.config.env_step_timeout_s = step_env, timeout
 
 
@@ -624,9 +658,9 @@ def test_a_hung_reset_stops_the_rollout_naming_it(rollout):
             match=r"HangingCountdown \(worker.rollout.env\): reset for prompt row 1 did not return within worker.rollout.env_step_timeout_s=0.5 s",
         ) as info:
             engine.generate_sequences(prompts)
-        assert "self.release.wait(120)" in str(info.value)  # where it waits
+        assert "self.unblock.wait(120)" in str(info.value)  # where it waits
     finally:
-        env.release.set()
+        env.unblock.set()
         engine.env, engine.config.env_step_timeout_s = step_env, timeout
 
 
@@ -753,7 +787,7 @@ def test_asynchronous_episodes_that_fail_stop_the_call_naming_them_and_leave_the
         _assert_clean_after_error(engine, prompts, step_env)
     finally:
         if hung is not None:
-            hung.release.set()
+            hung.unblock.set()
         engine.env, engine.config.env_step_timeout_s = step_env, timeout
         engine.request_loop.turns = None
 

@@ -16,7 +16,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.envs.base import env_code_error
+from verl.envs.base import RELEASE_TIMEOUT_S, env_code_error
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_completion
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call_format
 from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner, record_messages
@@ -176,10 +176,6 @@ def added_messages(index: int, sent: list[dict[str, Any]], messages: list[dict[s
             f"it got, unchanged) and add messages after it; message {changed} differs or nothing was added."
         )
     return messages[len(sent) :]
-
-
-CLOSE_TIMEOUT_S = 10.0
-"""Longest an environment's `release` may take when its episodes' loop closes (a hung one is left with a warning)."""
 
 
 async def release_within(env: ChatClientEnv, timeout_s: float) -> None:
@@ -385,7 +381,7 @@ class ClientTurns(TurnHooks):
         )  # fmt: skip
 
     def close(self) -> None:
-        """Cancel every coroutine, let the environment release what its episodes shared (at most CLOSE_TIMEOUT_S),
+        """Cancel every coroutine, let the environment release what its episodes shared (at most RELEASE_TIMEOUT_S),
         and stop the event loop's thread."""
 
         async def cancel_all() -> None:
@@ -393,11 +389,11 @@ class ClientTurns(TurnHooks):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await release_within(self.env, CLOSE_TIMEOUT_S)
+            await release_within(self.env, RELEASE_TIMEOUT_S)
 
         self.conversations.clear()
         try:
-            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(2 * CLOSE_TIMEOUT_S)
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(2 * RELEASE_TIMEOUT_S)
         except Exception:  # a coroutine that ignores its cancellation must not hold the shutdown
             logger.warning("Closing the client episodes of %s did not finish cleanly.", type(self.env).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -320,10 +320,14 @@ class RolloutConfig:
             self._check_val_overrides(f"{prefix}val_override_config")
         if not self.env:
             return
+        from verl.envs.base import release_env
+        from verl.envs.client_env import ChatClientEnv
         from verl.envs.loader import EnvironmentLoadError, load_environment
 
         with as_config_error(EnvironmentLoadError):  # builds the class once: a missing file, class or bad kwargs
             env = load_environment(self.env, self.env_kwargs)
+        if not isinstance(env, ChatClientEnv):  # what its __init__ started ends now
+            release_env(env, f"{type(env).__name__} ({prefix}env)")
         calls, each = getattr(env, "max_calls_per_turn", None), getattr(env, "tool_timeout_s", None)
         if isinstance(calls, int) and isinstance(each, (int, float)) and 0 < self.env_step_timeout_s < calls * each:
             raise ConfigError(  # a turn of slow calls stopped the run, where the model should have read timeouts

@@ -29,6 +29,7 @@ from verl.envs.base import (
     EnvStepTimeoutError,
     checked_step,
     env_code_error,
+    release_env,
 )
 from verl.envs.tools import tool_call
 from verl.protocol import to_object_array
@@ -512,9 +513,11 @@ class EpisodeTurns(TurnHooks):
         return completed, ready
 
     def close(self) -> None:
-        """Cancel steps not yet started; a running one (a hung tool) cannot be stopped and ends on its own, unread."""
+        """Cancel steps not yet started (a running one, a hung tool, cannot be stopped and ends on its own, unread),
+        then the environment's `release`."""
         self.steps.clear()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        release_env(self.env, self.runner.env_name)
 
     def wait(self, timeout_s: float) -> None:
         """Until an environment step finishes (or `timeout_s`)."""
