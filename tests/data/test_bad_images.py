@@ -189,3 +189,26 @@ def test_transparent_and_16_bit_images_read_as_vllm_reads_them():
     palette = Image.new("P", (4, 4), 0)
     palette.info["transparency"] = 0
     assert np.asarray(multimodal.to_rgb(palette))[0, 0].tolist() == [255, 255, 255]
+
+
+def test_a_rotated_photo_reaches_the_model_upright_as_vllm_turns_it(tmp_path):
+    """A phone's JPEG stores its pixels sideways with an EXIF orientation; vLLM turns every image it is given upright,
+    the processors do not: the engine sampled from the upright picture while the actor scored the same tokens
+    against the sideways one (a grid of [1, 12, 18] against [1, 18, 12], no error). Sizes, pixels and the engine's
+    view now agree."""
+    from vllm.multimodal.image import normalize_image
+
+    pixels = np.random.default_rng(0).integers(0, 255, (60, 80, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turn 90 degrees clockwise to show
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(pixels).save(path, exif=exif.tobytes())
+    assert multimodal.check_image(str(path)) == (60, 80)
+    assert multimodal.checked_image_sizes([str(path)], None, {}, None, None) == [(60, 80)]
+    image = multimodal.load_image(str(path), None, None, None)
+    with Image.open(path) as stored:
+        engine_view = normalize_image(stored).convert("RGB")
+        assert stored.size == (80, 60)
+    assert image.size == engine_view.size == (60, 80)
+    assert np.array_equal(np.asarray(image), np.asarray(engine_view))
+    assert multimodal.to_rgb(image) is image  # already upright: nothing is turned twice

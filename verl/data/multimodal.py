@@ -14,7 +14,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 
 if TYPE_CHECKING:  # `python -m verl.envs.evaluate` imports this module (verl.data.rollout_dump) without torch
@@ -77,10 +77,25 @@ def marker_text(content: Any) -> Any:
     return "".join(pieces)
 
 
+_ORIENTATION = 0x0112
+"""The EXIF tag of a photo's orientation (1: as stored; 5-8 swap width and height)."""
+
+
+def _orientation(image: Image.Image) -> int:
+    try:
+        return int(image.getexif().get(_ORIENTATION, 1) or 1)
+    except Exception:  # noqa: BLE001 - unreadable EXIF: taken as stored, as vLLM does
+        return 1
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
-    """`image` in RGB as vLLM and qwen_vl_utils read it: transparency over white (a plain convert made a transparent
-    background black, and black line art on it all black), 16- and 32-bit greys scaled to 8 bits (a plain convert
-    clipped them: 16-bit scans came out nearly all white)."""
+    """`image` upright and in RGB as vLLM and qwen_vl_utils read it: turned as its EXIF orientation says (vLLM turns
+    every image it is given, the processors do not: a phone's photo was seen sideways by the actor, upright by the
+    engine), transparency over white (a plain convert made a transparent background black, and black line art on it
+    all black), 16- and 32-bit greys scaled to 8 bits (a plain convert clipped them: 16-bit scans came out nearly all
+    white)."""
+    if _orientation(image) != 1:
+        image = ImageOps.exif_transpose(image)
     if image.mode == "RGB":
         return image
     if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
@@ -182,12 +197,13 @@ to gigabytes)."""
 
 
 def check_image(value: ImageValue, image_dir: str | None = None) -> tuple[int, int]:
-    """(width, height) after decoding all pixels (not kept), so a truncated file whose header looks fine fails here,
-    not when its batch is built."""
+    """(width, height), upright, after decoding all pixels (not kept), so a truncated file whose header looks fine
+    fails here, not when its batch is built."""
     image = open_image(value, image_dir)
     try:
         image.load()
-        return image.size
+        width, height = image.size
+        return (height, width) if _orientation(image) in (5, 6, 7, 8) else (width, height)  # as to_rgb turns it
     finally:
         if image is not value:  # we opened it: release file and pixels now, not at garbage collection
             image.close()

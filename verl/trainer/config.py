@@ -146,9 +146,9 @@ class DataConfig:
     seed: int = 1
     """Seed of the shuffling."""
     min_pixels: int | None = 262144
-    """Images smaller than this area (in pixels) are upscaled."""
+    """Images smaller than this area (in pixels) are upscaled (the prompts' and those environment turns send)."""
     max_pixels: int | None = 4194304
-    """Images larger than this area (in pixels) are downscaled."""
+    """Images larger than this area (in pixels) are downscaled (the prompts' and those environment turns send)."""
     filter_overlong_prompts: bool = True
     """Drop prompts longer than max_prompt_length (image tokens counted) and log how many; off rejects them."""
     filter_overlong_prompts_workers: int = 1
@@ -506,6 +506,8 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.ref.ulysses_size": "worker.actor.ulysses_size",
     "worker.override_chat_template": "data.override_chat_template",
     "worker.rollout.chat_template_kwargs": "data.chat_template_kwargs",
+    "worker.rollout.min_pixels": "data.min_pixels",
+    "worker.rollout.max_pixels": "data.max_pixels",
     "worker.reward.answer_key": "data.answer_key",
 }
 

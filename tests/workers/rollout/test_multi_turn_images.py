@@ -262,6 +262,33 @@ def test_images_from_an_environment_need_a_vl_model():
         _check_images(object(), episode, 1, 1)
 
 
+def test_environment_images_are_made_what_the_prompts_images_are():
+    """An environment's image goes to the engine and the trainer as one object, upright, in RGB and in the pixel
+    budget, as a prompt's image does: a transparent one was black for the trainer's processor and white for vLLM, a
+    rotated photo sideways for one and upright for the other, and a 4000 x 3000 screenshot was not resized."""
+    import io
+
+    from PIL import Image
+
+    from verl.workers.rollout.multi_turn import message_images, with_opened_images
+
+    clear = Image.new("RGBA", (28, 28), (0, 0, 0, 0))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = io.BytesIO()
+    Image.new("RGB", (56, 28), (200, 10, 10)).save(data, format="JPEG", exif=exif.tobytes())
+    photo = Image.open(io.BytesIO(data.getvalue()))
+    large = Image.new("RGB", (4000, 3000))
+    content = [{"type": "image", "image": image} for image in (clear, photo, large)]
+    messages = with_opened_images([{"role": "user", "content": content}], 28 * 28, 28 * 28 * 64)
+    images = message_images(messages)
+    assert [image.mode for image in images] == ["RGB"] * 3
+    assert images[0].getpixel((0, 0)) == (255, 255, 255)  # transparency on white, as vLLM puts it
+    assert images[1].size == (28, 56)  # upright
+    assert images[2].width * images[2].height <= 28 * 28 * 64
+    assert messages[0]["content"][2]["image"] is images[2]  # the records show what the model saw
+
+
 def test_environment_images_given_as_image_urls_equal_pil_images(vl_rollout):
     """An environment written against an OpenAI client sends its images as image_url parts (base64 data URLs): the
     episodes equal those of the same images given as PIL images (they rendered as image placeholders with no image

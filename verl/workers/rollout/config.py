@@ -216,6 +216,10 @@ class RolloutConfig:
     """Derived from worker.actor.model.override_config: the engine's model config gets the actor's changes."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Derived from data.chat_template_kwargs: environment turns are rendered with them, as the prompts were."""
+    min_pixels: int | None = None
+    """Derived from data.min_pixels: images in environment turns are resized as the prompts' are."""
+    max_pixels: int | None = None
+    """Derived from data.max_pixels."""
 
     def pool_size(self) -> int:
         """Processes of the rollout pool (mode=disaggregated; 0 in the other modes, whose engines are the trainer's)."""

@@ -102,13 +102,21 @@ def _texts(message: Any) -> list[str]:
     return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
 
 
-def with_opened_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`messages` with OpenAI's `image_url` parts (a base64 data URL or a local path) as image parts holding the opened
-    image, the form the chat templates and `message_images` read; an http(s) URL is refused (training fetches
-    nothing). Messages without such parts are returned as they are."""
-    from verl.data.multimodal import open_image, to_rgb
+def with_opened_images(
+    messages: list[dict[str, Any]], min_pixels: int | None = None, max_pixels: int | None = None
+) -> list[dict[str, Any]]:
+    """`messages` with every image as the model is to see it: OpenAI's `image_url` parts (a base64 data URL or a local
+    path) become image parts holding the opened image, the form the chat templates and `message_images` read (an
+    http(s) URL is refused: training fetches nothing), and each image is upright, RGB and resized into the pixel
+    budget (data.min/max_pixels) as the prompts' images are, so the engine and the actor get the same pixels.
+    Messages without a list content are returned as they are."""
+    from PIL import Image
+
+    from verl.data.multimodal import open_image, resize_image
 
     def opened(part: Any) -> Any:
+        if isinstance(part, dict) and part.get("type") == "image" and isinstance(part.get("image"), Image.Image):
+            return {**part, "image": resize_image(part["image"], min_pixels, max_pixels)}
         if not isinstance(part, dict) or part.get("type") != "image_url":
             return part
         url = part.get("image_url")
@@ -119,7 +127,7 @@ def with_opened_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "base64 data URL (data:image/png;base64,...), a local path, or an image part holding a PIL image."
             )
         try:
-            return {"type": "image", "image": to_rgb(open_image(url))}
+            return {"type": "image", "image": resize_image(open_image(url), min_pixels, max_pixels)}
         except (OSError, ValueError) as error:
             raise ValueError(
                 f"An environment message's image_url part {url[:60]!r} is not an image: {error}"
@@ -263,6 +271,9 @@ class TurnRunner:
     """Longest one environment step (or a client-style episode's work between two model requests) may take before
     the rollout stops with an error; <= 0 waits forever."""
     env_name: str = "the environment"
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    """The pixel budget of the environment's images (data.min/max_pixels, as the prompts')."""
     tool_format: Any = None
     """A tool environment's call format (verl.envs.tools.ToolCallFormat): each model turn's well-formed calls are
     recorded as its message's `tool_calls` (OpenAI's form), as the environment read them."""
@@ -317,7 +328,7 @@ class TurnRunner:
     def add_environment_turn(self, episode: Episode, messages: list[dict[str, Any]], turn_end: str) -> bool:
         """Append the environment's messages (up to the opening of the next model turn); False, with the episode over
         and truncated, when they leave no room for another model turn."""
-        messages = with_opened_images(messages)
+        messages = with_opened_images(messages, self.min_pixels, self.max_pixels)
         env_ids = self.continuation.ids(messages, turn_end)
         engine_env_ids, images, inputs = env_ids, message_images(messages), None
         if images:

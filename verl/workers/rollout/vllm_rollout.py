@@ -684,6 +684,8 @@ class VLLMRollout:
             max_images=self.config.limit_images,
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=self._env_name,
+            min_pixels=self.config.min_pixels,
+            max_pixels=self.config.max_pixels,
             tool_format=getattr(self.env, "tool_format", None),
         )
 
