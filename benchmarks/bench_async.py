@@ -221,9 +221,9 @@ def plot_learning(runs: list[dict[str, Any]], samples_per_step: int, path: str) 
 
 
 def trained_tokens_per_s(steps: list[dict[str, Any]], samples: int) -> float | None:
-    """Response tokens trained per second of step time (the final save left out), over the logged `steps` of
-    `samples` responses each (perf/total_num_tokens would count their prompts too)."""
-    seconds = sum(row["timing_s/step"] - row.get("timing_s/save_checkpoint", 0.0) for row in steps)
+    """Response tokens trained per second of step time (validation and saves are timed outside it), over the logged
+    `steps` of `samples` responses each (perf/total_num_tokens would count their prompts too)."""
+    seconds = sum(row["timing_s/step"] for row in steps)
     tokens = sum(row["response_length/mean"] * samples for row in steps)
     return tokens / seconds if seconds > 0 else None
 

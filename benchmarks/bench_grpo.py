@@ -62,9 +62,10 @@ SKIP_STEPS = 2
 """Steps left out of the steady state (compilation, allocator and engine warm-up)."""
 SIDES: tuple[str, ...] = ("ours", "trl")
 TRAINER_PHASES: tuple[str, ...] = (
-    "gen", "reward", "old", "ref", "values", "adv", "update_critic", "update_actor", "dump_rollouts", "validation",
+    "gen", "reward", "old", "ref", "values", "adv", "update_critic", "update_actor", "dump_rollouts",
 )  # fmt: skip
-"""The trainer's own timers of a step (ray_trainer); other timing_s/* keys are timed by workers inside them."""
+"""The trainer's own timers inside a step (ray_trainer; validation and the checkpoint save are timed after the step,
+outside timing_s/step); other timing_s/* keys are timed by workers inside them."""
 BETWEEN = "between_phases"
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -614,11 +615,13 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
 
 def step_split(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Median seconds of every timing_s/<phase> over `rows`, and of the step's time outside the trainer's phases
-    (BETWEEN); the step without its checkpoint save, which is left out. A phase missing from a row counts 0 there."""
+    (BETWEEN); validation and the checkpoint save, timed outside the step, are left out. A phase missing from a row
+    counts 0 there."""
     per_row = []
     for row in rows:
         phases = {key.removeprefix("timing_s/"): value for key, value in row.items() if key.startswith("timing_s/")}
-        phases["step"] = phases.get("step", 0.0) - phases.pop("save_checkpoint", 0.0)
+        phases = {name: value for name, value in phases.items() if name not in ("save_checkpoint", "validation")}
+        phases.setdefault("step", 0.0)
         phases[BETWEEN] = phases["step"] - sum(value for key, value in phases.items() if key in TRAINER_PHASES)
         per_row.append(phases)
     names = sorted({name for phases in per_row for name in phases})
@@ -630,11 +633,12 @@ def parse_ours(rows: list[dict[str, Any]], row_times: list[float], launch: float
     steps = [(row, when) for row, when in zip(rows, row_times) if "timing_s/step" in row]
     if not steps:
         raise ValueError("the file logger wrote no training step.")
-    # the last step's timer includes the final checkpoint save, written before its row
-    step_end = {row["step"]: when - row.get("timing_s/save_checkpoint", 0.0) for row, when in steps}
+    # the last step's row is written after its validation and the final checkpoint save
+    after = ("timing_s/validation", "timing_s/save_checkpoint")
+    step_end = {row["step"]: when - sum(row.get(key, 0.0) for key in after) for row, when in steps}
     steady = [row for row, _ in steps if row["step"] > SKIP_STEPS]
     split = step_split(steady)
-    timer_s = sum(row["timing_s/step"] - row.get("timing_s/save_checkpoint", 0.0) for row in steady)
+    timer_s = sum(row["timing_s/step"] for row in steady)
     figures = {
         "steps": len(steps),
         "startup_s": step_end[min(step_end)] - launch,

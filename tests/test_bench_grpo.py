@@ -34,9 +34,9 @@ def test_parse_ours_leaves_out_the_checkpoint_save(bench: ModuleType) -> None:
         row["perf/mfu_actor"] = 0.01 * step
         rows.append(row)
         times.append(100.0 + 2.0 * step)
-    rows[-1]["timing_s/save_checkpoint"] = 0.5  # the final save, inside the last step's timer and before its row
-    rows[-1]["timing_s/step"] += 0.5
-    times[-1] += 0.5
+    rows[-1]["timing_s/save_checkpoint"] = 0.5  # the final save and validation, after the last step's timer and
+    rows[-1]["timing_s/validation"] = 0.25  # before its row
+    times[-1] += 0.75
     figures = bench.parse_ours([{"step": 0, "val/reward_score": 0.0}, *rows], [99.0, *times], launch=90.0, samples=64)
     assert figures["steps"] == 5
     assert figures["startup_s"] == pytest.approx(12.0)  # launch at 90, step 1 written at 102

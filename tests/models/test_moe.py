@@ -71,3 +71,24 @@ def test_a_dense_model_has_no_routers(tmp_path) -> None:
     dense = AutoModelForCausalLM.from_pretrained(get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
     stats = RouterStats(dense)
     assert not stats and stats.metrics() == {}
+
+
+def test_a_trimmed_padded_forward_counts_only_real_tokens(moe) -> None:
+    """The actor's padded forward runs only the columns with a real token in some row: the mask the router stats get
+    is those columns' (the batch's full mask did not match the router's token count and was dropped, so padding was
+    counted: 18 tokens for 14)."""
+    from verl.protocol import DataProto
+    from verl.workers.actor.forward import computed_tokens_mask, forward_response
+
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]])
+    ids = torch.randint(1, 1000, mask.shape, generator=torch.Generator().manual_seed(0)) * mask
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    micro = DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions, "responses": ids[:, 6:]}
+    )
+    stats = RouterStats(moe)
+    computed = computed_tokens_mask(micro, padding_free=False)
+    assert computed.shape == (2, 8)  # columns 2..9
+    with torch.no_grad(), stats.collecting(computed):
+        forward_response(moe, micro, False, lambda logits, labels: {"x": logits[:, 0]})
+    assert [float(c.sum()) for c in stats._counts] == [int(mask.sum()) * MOE_EXPERTS_PER_TOKEN] * len(stats.routers)

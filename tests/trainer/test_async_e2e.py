@@ -321,7 +321,7 @@ def test_a_reward_model_on_its_own_pool_and_a_judge_stream_beside_the_engines(wo
     """worker.reward.stream unset, with a reward model on a pool of its own and an LLM judge beside the digit rule:
     every group is scored by all three as the engines complete it, and each row gets its own scores, combined with
     their weights. With rollout_correction.mode=bypass and the KL penalty in the reward, the engine's log-probs are
-    the old policy: no old-log-prob forward, and no mismatch between the two."""
+    the old policy: no old-log-prob forward, and no mismatch figures (they compared the two with themselves)."""
     root = workspace["root"]
     rm_dir = get_or_build_tiny_model("qwen2_rm", str(root / "models"), hidden_size=64, num_layers=2)
     args = run_args(
@@ -348,7 +348,7 @@ def test_a_reward_model_on_its_own_pool_and_a_judge_stream_beside_the_engines(wo
         expected = row["reward/rule_overall"] + row["reward/rm_score"] + 2.0 * row["reward/judge_score"]
         assert row["reward/overall"] == pytest.approx(expected, abs=1e-5)
         assert "reward_model/truncated_ratio" in row
-        assert "timing_s/old" not in row and row["rollout_corr/k3_kl"] == 0.0 and "actor/kl_penalty" in row
+        assert "timing_s/old" not in row and "rollout_corr/k3_kl" not in row and "actor/kl_penalty" in row
     assert_reward_model_scores(workspace, rm_dir, "streamed_models", [1, 2])
 
 

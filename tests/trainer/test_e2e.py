@@ -684,7 +684,7 @@ def test_resume_gives_the_same_next_step(workspace, caplog):
     """Default validation (before training, sampled at temperature 1) included: it must not shift the next step. The
     reference model moves towards the actor after step 2 (algorithm.ref_sync_steps) and the actor's optimizer
     restarts (ProRL's reset): the checkpoint restores both. data.response_length_schedule: each step generates to
-    its stage's length; algorithm.entropy_control: the coefficient rises by the delta each step while the entropy is
+    its stage's length (validation at the full length); algorithm.entropy_control: the coefficient rises by the delta each step while the entropy is
     below a (high) target, and the resumed run goes on from the saved coefficient in the right stage."""
     common = ("algorithm.use_kl_loss=true", "algorithm.ref_sync_steps=2", "algorithm.ref_sync_alpha=0.6")
     common += ("algorithm.ref_sync_reset_optimizer=true", "data.response_length_schedule={0: 3, 2: 8}")
@@ -715,6 +715,8 @@ def test_resume_gives_the_same_next_step(workspace, caplog):
     assert [row["step"] for row in steps] == [1, 2, 3]
     assert [row["rollout/response_length_limit"] for row in steps] == [3, 8, 8]
     assert steps[0]["response_length/max"] <= 3
+    before = next(row for row in rows if row["step"] == 0 and "val/reward_score" in row)
+    assert before["val_response_length/mean"] > 3  # validation runs at the full length in every stage
     assert [row["actor/entropy_coeff"] for row in steps] == pytest.approx([0.0, 0.01, 0.02])
     assert all(0 < row["actor/entropy_loss"] < 100 for row in steps)
 

@@ -71,6 +71,16 @@ def test_a_dataset_column_named_env_is_not_taken_for_an_episode_count():
     assert compute_env_metrics(batch) == {}
     batch.non_tensor_batch["env_tool_calls"] = np.array([1.0, np.nan, 3.0], dtype=object)  # some workers lack it
     assert compute_env_metrics(batch) == {"env/tool_calls/mean": 2.0}
+    batch.non_tensor_batch["env_solved"] = np.array([np.nan] * 3, dtype=object)  # no kept episode reported it
+    assert compute_env_metrics(batch) == {"env/tool_calls/mean": 2.0}  # left out (it was NaN)
+
+
+def test_evaluate_means_an_episode_number_over_the_episodes_that_report_it_as_training_does():
+    """`solved` reported by one of two episodes: training logs env/solved/mean 1.0; evaluate printed 0.5."""
+    from verl.envs.evaluate import summarize
+
+    summary = summarize([{"row": 0, "turns": 2, "solved": 1.0}, {"row": 1, "turns": 4, "bad": float("nan")}], [])
+    assert summary == {"episodes": 2, "turns/mean": 3.0, "solved/mean": 1.0}
 
 
 def test_the_critics_explained_variance_is_over_response_tokens_and_left_out_when_returns_are_constant():

@@ -311,6 +311,7 @@ def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(local_ray, 
                 f"worker.reward.model.model_path={rm_dir}",
                 "worker.reward.model.n_gpus_per_node=1",
                 f"data.val_files={tmp_path / 'prompts.jsonl'}",
+                "data.val_batch_size=3",  # batches of 3 and 1: the metrics weigh each by its rows
                 "algorithm.disable_kl=true",
                 "trainer.device=cpu",
                 "trainer.n_gpus_per_node=2",

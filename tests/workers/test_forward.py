@@ -171,8 +171,8 @@ def test_glm_micro_batch_of_images_and_videos_places_each_kinds_features(kind, t
     assert any(name.startswith("model.visual.") for name in expected_grads)
     for padding_free in (False, True):
         got, grads = log_probs_and_grads(padding_free)
-        diff = (got - expected).abs().max().item()
-        assert diff < 1e-5, f"padding_free={padding_free}: {diff}"
+        diff = (got - expected).abs().max().item()  # fp32 noise: up to 1.05e-5 measured (CPUs differ); misplaced
+        assert diff < 5e-5, f"padding_free={padding_free}: {diff}"  # features give 0.1 and more
         assert set(grads) == set(expected_grads)
         for name, grad in grads.items():  # fp32 noise: 1e-5 of the gradient's scale
             atol = 1e-5 * expected_grads[name].abs().max().item() + 1e-9

@@ -598,13 +598,12 @@ def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> 
     """The last printed line: the episode count, `<name>/mean` of every number of the episodes' lines and, with a
     reward, `reward/<key>/mean` and `accuracy`: the mean of the one accuracy key (`accuracy_keys`), the share with
     overall > 0 where there is none, and left out (null) where a rubric has several (each is in its mean)."""
-    count = max(len(results), 1)
-    totals: dict[str, float] = {}
-    for result in results:
+    numbers: dict[str, list[float]] = {}  # counts, done, episode_info numbers: each over the episodes that report
+    for result in results:  # it, as training's env/<name>/mean
         for key, value in result.items():
-            if isinstance(value, (int, float)) and key not in ("row", "reward"):  # counts, done, episode_info numbers
-                totals[key] = totals.get(key, 0.0) + float(value)
-    summary: dict[str, Any] = {"episodes": len(results), **{f"{k}/mean": v / count for k, v in totals.items()}}
+            if isinstance(value, (int, float)) and key not in ("row", "reward") and math.isfinite(value):
+                numbers.setdefault(key, []).append(float(value))
+    summary: dict[str, Any] = {"episodes": len(results), **{f"{k}/mean": sum(v) / len(v) for k, v in numbers.items()}}
     if not scores:
         return summary
     keys = list(dict.fromkeys(key for score in scores for key in score))

@@ -40,8 +40,8 @@ def router_choice(output: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 class RouterStats:
     """Per-layer expert token counts and router probabilities over the forwards in `collecting(mask)` (`mask`: the
-    attention mask of padded rows, so padding is left out); `metrics()` sums them over `group` (every rank must call
-    it) and starts over."""
+    attention mask of the padded rows the forward ran, so padding is left out; None for packed rows); `metrics()` sums
+    them over `group` (every rank must call it) and starts over."""
 
     def __init__(self, module: nn.Module) -> None:
         self.routers = router_modules(module)

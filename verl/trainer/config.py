@@ -123,7 +123,8 @@ class DataConfig:
     """Staged context: {step where a stage starts: its response length}, e.g. {0: 8192, 500: 16384, 1000: 32768}.
     The first stage starts at step 0; every length is at most max_response_length, which sizes the engine. Each
     step generates (and pads, so the micro-batch token budgets follow) to its stage's length; resuming continues in
-    the right stage. Empty: every step uses max_response_length."""
+    the right stage. Validation always generates up to max_response_length, so its scores (and the best checkpoint
+    chosen on them) are comparable across stages. Empty: every step uses max_response_length."""
     rollout_batch_size: int = 512
     """Prompts per training step."""
     mini_rollout_batch_size: int | None = None

@@ -94,7 +94,8 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
                 values = column.astype(np.float64)
             except (TypeError, ValueError):  # a dataset's own env_* column of text, passed through
                 continue
-            metrics[f"env/{key[len('env_') :]}/mean"] = float(np.nanmean(values))
+            if not np.isnan(values).all():  # no episode of the batch reported the key: left out, not NaN
+                metrics[f"env/{key[len('env_') :]}/mean"] = float(np.nanmean(values))
     if "env_turns" in batch.non_tensor_batch:
         response_length = batch.batch["responses"].shape[-1]
         valid = batch.batch["attention_mask"][:, -response_length:].sum(-1).float()

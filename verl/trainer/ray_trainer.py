@@ -456,7 +456,8 @@ class RayPPOTrainer:
         )
         batch.batch["rollout_is_weights"] = result.weights
         batch.batch["rollout_loss_mask"] = result.mask
-        append_metrics(metrics, result.metrics)
+        if self.correction.mode != "bypass":  # bypass compares the engine's log-probs with themselves: 0 and 1
+            append_metrics(metrics, result.metrics)
 
     def _actor_update_batch(self, batch: DataProto) -> DataProto:
         """With an off-policy correction the actor trains with `rollout_loss_mask` as response mask, and with
@@ -498,12 +499,14 @@ class RayPPOTrainer:
             uids = [f"val-{batch_index}-{i}" for i in range(len(batch))]
             batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
             gen_batch = split_generation_inputs(batch, all_columns=bool(self.config.worker.rollout.env))
-            output = wg.generate_sequences(gen_batch, self._rollout_request(validate=True, sampling={"n": n}))
+            # at the full data.max_response_length, not the stage's: scores are comparable across stages
+            output = wg.generate_sequences(gen_batch, RolloutRequest(validate=True, sampling={"n": n}))
             output.meta_info.pop("metrics", None)
             batch = join_rollout(batch, output, n)
             pending = self.scorer.launch(batch)
             reward_tensor, reward_metrics = self.scorer.collect(batch, pending)
-            append_metrics(metrics, {f"val/{key}": value for key, value in (pending.rm_metrics or {}).items()})
+            rm_metrics = (pending.rm_metrics or {}).items()  # a batch's figures weigh by its rows (the last is short)
+            append_metrics(metrics, {f"val/{key}": [value] * len(batch) for key, value in rm_metrics})
             batch_scores = reward_tensor.sum(-1).tolist()
             scores.extend(batch_scores)
             prompt_ids.extend(batch.non_tensor_batch["uid"].tolist())
@@ -712,20 +715,22 @@ class RayPPOTrainer:
             if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
                 with timer("dump_rollouts", timing_raw):
                     dump_rollouts(batch, self.global_step, trainer.rollout_data_dir, self.tokenizer)
-            is_last = self.global_step >= self.total_steps
-            periodic = trainer.val_freq > 0 and self.global_step % trainer.val_freq == 0
-            # the last step's validation goes in the step's own row (wandb drops a row for a step it has passed)
-            if periodic or (is_last and (trainer.val_freq > 0 or self.val_dataloader is not None)):
-                with timer("validation", timing_raw):
-                    val_metrics = self.validate()
-                metrics.update(val_metrics)
-                last_validated = self.global_step
-            if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
-                # save_limit keeps the best checkpoint by the score of its own step: none if this step did not validate
-                score = val_metrics.get("val/reward_score") if last_validated == self.global_step else None
-                with timer("save_checkpoint", timing_raw):
-                    self._save_checkpoint(score)
-                last_saved = self.global_step
+        # validation and the checkpoint are timed on their own, outside the step (verl's timing_s/step, so that
+        # perf/throughput does not dip on every validating or saving step)
+        is_last = self.global_step >= self.total_steps
+        periodic = trainer.val_freq > 0 and self.global_step % trainer.val_freq == 0
+        # the last step's validation goes in the step's own row (wandb drops a row for a step it has passed)
+        if periodic or (is_last and (trainer.val_freq > 0 or self.val_dataloader is not None)):
+            with timer("validation", timing_raw):
+                val_metrics = self.validate()
+            metrics.update(val_metrics)
+            last_validated = self.global_step
+        if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
+            # save_limit keeps the best checkpoint by the score of its own step: none if this step did not validate
+            score = val_metrics.get("val/reward_score") if last_validated == self.global_step else None
+            with timer("save_checkpoint", timing_raw):
+                self._save_checkpoint(score)
+            last_saved = self.global_step
         metrics.update(compute_data_metrics(batch, self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing_raw))
         all_devices = sum(worker_pools(self.config).values())  # with a rollout or reward model pool of their own

@@ -28,7 +28,13 @@ from verl.protocol import DataProto
 from verl.utils import device as device_utils
 from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
 from verl.workers.actor.config import ActorConfig
-from verl.workers.actor.forward import Head, packing_obstacle, process_multi_modal_inputs, select_model_inputs
+from verl.workers.actor.forward import (
+    Head,
+    computed_tokens_mask,
+    packing_obstacle,
+    process_multi_modal_inputs,
+    select_model_inputs,
+)
 from verl.workers.micro_batch_passes import MicroBatchPasses, SummedMetric
 
 
@@ -187,7 +193,11 @@ class DataParallelPPOActor:
         }
         select_tokens = config.top_entropy_quantile < 1.0
         head = self._token_head(temperature, calculate_entropy=entropy_coeff != 0 or exact_entropy or select_tokens)
-        routes = self.router_stats.collecting(batch["attention_mask"]) if self.router_stats else nullcontext()
+        routes = nullcontext()
+        if (
+            self.router_stats
+        ):  # the forward's own columns: a trimmed padded forward's mask is narrower than the batch's
+            routes = self.router_stats.collecting(computed_tokens_mask(micro, self.padding_free))
         with routes:  # the forward only: a checkpointed layer's re-run in the backward would count its tokens twice
             out = self.passes.forward(micro, head)
         log_probs = out["log_probs"]

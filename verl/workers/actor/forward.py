@@ -213,6 +213,14 @@ def _padded_columns(micro: DataProto, padding_free: bool) -> tuple[int, int] | N
     return start, end
 
 
+def computed_tokens_mask(micro: DataProto, padding_free: bool) -> torch.Tensor | None:
+    """Which of the tokens `forward_response` runs the model on are real: the attention mask of the padded forward's
+    columns, None for the packed one (it holds valid tokens only). Per-token statistics of the forward (MoE router
+    counts) leave padding out with it."""
+    columns = _padded_columns(micro, padding_free)
+    return None if columns is None else micro.batch["attention_mask"][:, columns[0] : columns[1]]
+
+
 def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, head: Head) -> dict[str, torch.Tensor]:
     """Run the model on a micro-batch and apply `head(logits (N, V), labels (N,)) -> values (N,)` at the positions
     predicting response tokens; returns name -> (B, R), zero on padding, the same in padded and packed modes."""
