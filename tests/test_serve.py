@@ -540,6 +540,27 @@ def test_a_chunked_request_body_is_read_whole(scripted_server):
     assert httpx.post(f"{url}/nowhere", json={}).status_code == 404
 
 
+def test_a_streamed_completion_waits_for_the_engine_outside_the_event_loop():
+    """The server builds a stream on its event loop and takes its first chunk in a worker thread; a streamed
+    completion handed its request to the engine thread while being built, so every stream and /health waited for an
+    engine step (1 s measured). Nothing reaches the engine now until the first chunk is asked for."""
+    from verl.serve import completions
+
+    handed = []
+    engine = SimpleNamespace(
+        name="tiny",
+        max_model_len=512,
+        llm=SimpleNamespace(get_tokenizer=lambda: SimpleNamespace(max_chars_per_token=4)),
+        loop=SimpleNamespace(submit=lambda work: handed.append(work) or (_ for _ in ()).throw(RuntimeError("sent"))),
+    )
+    request, prompts = check_completion({"model": "tiny", "prompt": "Hi", "stream": True}, "tiny")
+    chunks = completions.stream(engine, request, prompts)
+    assert handed == []
+    with pytest.raises(RuntimeError, match="sent"):
+        next(chunks)
+    assert len(handed) == 1
+
+
 TOOLS_FLAT = [{"type": "function", **TOOLS[0]["function"]}]
 """TOOLS as the Responses API writes function tools."""
 
@@ -567,6 +588,15 @@ def test_the_responses_api_reads_text_and_tool_calls_streamed_or_not(scripted_se
     final = events[-1].response
     assert [item.type for item in final.output] == ["message", "function_call"] and final.usage.total_tokens == 15
     assert final.output_text == "Let me add.\n"
+    # a named tool_choice (the Agents SDK's forced tool) is echoed as given, streamed or not (it could not be written
+    # as JSON: a 400 after the generation, a dropped connection when streamed)
+    named = {"type": "function", "name": "add"}
+    reply = client.responses.create(model="tiny", input="1+2?", tools=TOOLS_FLAT, tool_choice=named)
+    assert reply.tool_choice.model_dump(exclude_none=True) == named and reply.output[-1].name == "add"
+    events = list(
+        client.responses.create(model="tiny", input="1+2?", tools=TOOLS_FLAT, tool_choice=named, stream=True)
+    )
+    assert events[-1].type == "response.completed" and events[-1].response.tool_choice.name == "add"
     # what is refused is named
     status, body = post_json(f"{url}/responses", {"input": "Hi", "previous_response_id": "resp_1"})
     assert status == 400 and body["error"]["message"].startswith("'previous_response_id' is not supported")
@@ -1206,6 +1236,8 @@ def test_the_same_requests_get_the_same_answers_from_vllms_server(server, tiny_m
             {**request(max_tokens=8, temperature=0.0, tools=TOOLS), "messages": history},
             request(max_tokens=6, temperature=1.0, seed=3, n=2),
             request(max_tokens=30, temperature=0.0, stop=["e"]),
+            # 505 tokens of messages and max_tokens 64 in a context of 512: cut to the 7 left (it was a 400)
+            {**request(max_tokens=64, temperature=0.0), "messages": [{"role": "user", "content": "one two " * 96}]},
         ]
         endings = set()
         for case in cases:
@@ -1251,6 +1283,7 @@ def compare_logprobs_and_completions(ours, vllms):
         {"prompt": ["One", "Two"], "max_tokens": 3, "temperature": 0.0, "logprobs": 2},
         {"prompt": [[11, 12, 13, 14]], "max_tokens": 0, "echo": True, "logprobs": 1},  # lm-eval's loglikelihood
         {"prompt": [11, 12, 13], "max_tokens": 2, "echo": True, "logprobs": 0, "temperature": 0.0},
+        {"prompt": "one two " * 100, "max_tokens": 64, "temperature": 0.0},  # cut to the room the prompt leaves
     ]:
         (status, mine), (vllm_status, theirs) = (
             post_json(f"{ours}/completions", case),

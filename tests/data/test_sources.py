@@ -156,6 +156,11 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     ):
         source = load_source(str(tmp_path / name))
         assert [source.row(i)["answer"] for i in range(len(source))] == expected, name
+    # a file whose only column is mixed (a traceback from pyarrow: "Failed to concatenate on axis=1")
+    only = [{"messages": [{"role": "user", "content": "a"}]}, {"messages": "hello"}]
+    (tmp_path / "only.jsonl").write_text("".join(json.dumps(row) + "\n" for row in only))
+    source = load_source(str(tmp_path / "only.jsonl"))
+    assert [source.row(i)["messages"] for i in range(len(source))] == [only[0]["messages"], "hello"]
 
 
 def test_csv_text_that_pandas_reads_as_missing_is_read_as_written(tmp_path):

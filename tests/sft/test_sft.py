@@ -207,6 +207,13 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
     row = {"messages": [{"role": "user", "content": "<image>Hi"}, {"role": "assistant", "content": "x"}]}
     with pytest.raises(SFTDataError, match=r"row 0, key 'images': the messages have 1 <image> marker\(s\) but"):
         SFTDataset([row], processor.tokenizer, processor, config, AutoConfig.from_pretrained(models["vl"]))
+    # an image in a learned assistant turn: its placeholder tokens were learned (or, in the last turn, the row was
+    # refused as a template that drops content)
+    drawn = [{"role": "user", "content": "Draw."}, {"role": "assistant", "content": "Here: <image>"}]
+    row = {"messages": [*drawn, {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Welcome."}]}
+    row["images"] = ["a.png"]
+    with pytest.raises(SFTDataError, match=r"row 0, key 'messages': message 1 is a learned assistant turn with an im"):
+        SFTDataset([row], processor.tokenizer, processor, config, AutoConfig.from_pretrained(models["vl"]))
 
 
 @pytest.mark.parametrize(
@@ -229,7 +236,12 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
                 ]
             },
             {},
-            "turn 1 tokenizes differently alone than inside the conversation",
+            "row 0, key 'messages': message 1 tokenizes differently alone than inside the conversation",
+        ),
+        (  # the same as prompt and completion: the completion's column is named (it said 'messages', turn 1)
+            {"prompt": "2 + 2?", "completion": "\nThe answer is 4"},
+            {"prompt_key": "prompt", "response_key": "completion"},
+            "row 0, key 'completion': message 0 tokenizes differently alone than inside the conversation",
         ),
     ],
 )
@@ -544,6 +556,8 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     assert rows[4]["train/loss"] < 0.5 * rows[1]["train/loss"]  # it learns
     assert rows[4]["val/loss"] < rows[2]["val/loss"]
     assert rows[3]["train/epoch"] == 0.0 and rows[4]["train/epoch"] == 1.0  # 48 rows: 3 steps an epoch
+    for row in rows.values():  # the step's time and its tokens per second per device (2 of them)
+        assert row["timing_s/step"] > 0 and row["perf/throughput"] > row["train/tokens"] / row["timing_s/step"] / 2
     resumed = read_steps(interrupted)
     for step in (3, 4):  # the resumed run continues with the same batches and optimizer state
         assert resumed[step]["train/loss"] == pytest.approx(rows[step]["train/loss"], rel=1e-5)

@@ -61,6 +61,8 @@ class Conversation:
     learned_from: int = 0
     """The first message whose assistant turns are learned: with prompt_key, the response's (a prompt given as
     messages may hold few-shot assistant turns, which are context, as in TRL's prompt-completion rows)."""
+    prepended: int = 0
+    """Messages put before the row's own (its system column's)."""
 
 
 def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
@@ -153,6 +155,12 @@ class SFTDataset(torch.utils.data.Dataset):
             problem = f"there is no such column (the data has {columns}); set data.{option} to the one to read"
             raise self._error(index, key, problem)
 
+    def _place(self, conversation: Conversation, turn: int) -> tuple[str, int]:
+        """(column, index in it) of message `turn` of a row's conversation, as the row wrote it."""
+        if conversation.learned_from and turn >= conversation.learned_from:
+            return self.config.response_key, turn - conversation.learned_from
+        return self.rows_key, turn - conversation.prepended
+
     def _error(self, index: int, key: str, message: str) -> SFTDataError:
         return SFTDataError(f"{self.source.where(index)}, key '{key}': {message}.")
 
@@ -185,8 +193,15 @@ class SFTDataset(torch.utils.data.Dataset):
                 raise self._error(index, at, str(error)) from None
             if in_response and message["role"] == "user":
                 raise self._error(index, at, "the response's messages must not hold a user turn")
+            learned = message["role"] == "assistant" and position >= learned_from
+            if learned and self.processor is not None and IMAGE_MARKER in message["content"]:
+                raise self._error(  # its placeholder tokens would be learned, with the picture's features as input
+                    index, at, f"message {number} is a learned assistant turn with an image; give images in user turns"
+                )
+        prepended = 0
         if config.prompt_key is None and messages[0]["role"] != "system":  # a system message wins, as LLaMA-Factory's
-            messages = [*system_column(row), *messages]
+            system = system_column(row)
+            messages, prepended = [*system, *messages], len(system)
         if messages[0]["role"] == "assistant":
             raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
         if not any(message["role"] == "assistant" for message in messages[learned_from:]):
@@ -212,7 +227,7 @@ class SFTDataset(torch.utils.data.Dataset):
             tools = tool_schemas(row.get(config.tools_key), self.reads_tools) if config.tools_key else None
         except ValueError as error:
             raise self._error(index, config.tools_key, str(error)) from None
-        return Conversation(messages, images, tools, learned_from)
+        return Conversation(messages, images, tools, learned_from, prepended)
 
     def _prompt_and_response(self, index: int, row: dict[str, Any]) -> tuple[list[Any], int]:
         """A prompt_key row's messages (a string each, or messages each: TRL's conversational prompt-completion) and
@@ -502,11 +517,12 @@ class SFTDataset(torch.utils.data.Dataset):
                 assistants = sum(m["role"] == "assistant" for m in messages)
                 prefix, upto = self._turn_in_context(full_text, count, assistants) or (prefix, upto)
             if not (full_text.startswith(upto) and upto.startswith(prefix)):
+                key, number = self._place(conversation, turn)
                 problem = (
-                    f"the chat template does not render the conversation's prefixes as prefixes of the whole (turn "
-                    f"{turn}); the assistant mask cannot be exact with it. Use data.override_chat_template"
+                    f"the chat template does not render the conversation's prefixes as prefixes of the whole (message "
+                    f"{number}); the assistant mask cannot be exact with it. Use data.override_chat_template"
                 )
-                raise self._error(index, self.config.messages_key, problem)
+                raise self._error(index, key, problem)
             spans.append((turn, len(prefix), len(upto)))
         cuts = sorted({cut for _, *ends in spans for cut in ends})
         at = self._token_positions(full_text, ids, images, cuts)
@@ -517,11 +533,12 @@ class SFTDataset(torch.utils.data.Dataset):
                 start, _ = self._ids(full_text[:prefix_chars], images)
                 end, _ = self._ids(full_text[:upto_chars], images)
             if ids[: len(end)] != end or end[: len(start)] != start:
+                key, number = self._place(conversation, turn)
                 problem = (
-                    f"turn {turn} tokenizes differently alone than inside the conversation (a token merges across the "
-                    "turn boundary); the assistant mask cannot be exact"
+                    f"message {number} tokenizes differently alone than inside the conversation (a token merges "
+                    "across the turn boundary); the assistant mask cannot be exact"
                 )
-                raise self._error(index, self.config.messages_key, problem)
+                raise self._error(index, key, problem)
             mask[len(start) : len(end)] = [1] * (len(end) - len(start))
             if ids[len(end) - 1] not in self.stop_ids:  # the template leaves the turn open (GLM's)
                 if len(end) < len(ids) and ids[len(end)] in self.stop_ids:
@@ -532,10 +549,10 @@ class SFTDataset(torch.utils.data.Dataset):
             return {}
         if len(ids) > self.max_length:
             if self.config.truncation == "error":
-                raise self._too_long(index, self.config.messages_key, len(ids))
+                raise self._too_long(index, self.rows_key, len(ids))
             ids, mask = ids[: self.max_length], mask[: self.max_length]
         if sum(mask[1:]) == 0:
-            raise self._error(index, self.config.messages_key, "no assistant token is left to learn from")
+            raise self._error(index, self.rows_key, "no assistant token is left to learn from")
         return {"input_ids": ids, "loss_mask": mask, "images": images, "encoded": encoded}
 
     def __getitem__(self, index: int) -> dict[str, Any]:

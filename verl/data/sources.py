@@ -278,7 +278,10 @@ def _as_written(loaded: Any, path: str) -> Any:
         return loaded
     for name in mixed:  # each value JSON-encoded, strings included: they decode as written
         values = [json.dumps(row.get(name)) for row in rows]
-        loaded = loaded.remove_columns(name).add_column(name, values, feature=datasets.Json())
+        # added before the old column goes: a file's only column removed first left no rows to add it to
+        written = f"__{name}_as_written"
+        loaded = loaded.add_column(written, values, feature=datasets.Json()).remove_columns(name)
+        loaded = loaded.rename_column(written, name)
     return loaded
 
 

@@ -15,7 +15,15 @@ from typing import Any
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_call_format
 from verl.models.config import DTYPE_NAMES
 from verl.serve.engine_loop import EngineLoop
-from verl.serve.request_checks import SAMPLING_FIELDS, RequestError, check_options, parse, ranked, token_usage
+from verl.serve.request_checks import (
+    SAMPLING_FIELDS,
+    RequestError,
+    check_options,
+    context_budget,
+    parse,
+    ranked,
+    token_usage,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -362,18 +370,12 @@ class ChatEngine:
                 f"This model's maximum context length is {self.max_model_len} tokens. However, your request has "
                 f"{prompt_tokens} input tokens. Reduce the length of the messages."
             )
-        # max_completion_tokens wins where set (vLLM's and OpenAI's rule); unset: the rest of the context
+        # max_completion_tokens wins where set (vLLM's and OpenAI's rule)
         wanted = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
         if wanted is not None and wanted < 1:
             key = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
             raise RequestError(f"'{key}' must be at least 1, got {wanted}.")
-        wanted = room if wanted is None else wanted
-        if prompt_tokens is not None and wanted > room:
-            raise RequestError(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
-                f"{prompt_tokens + wanted} tokens ({prompt_tokens} in the messages, {wanted} in the completion). "
-                "Reduce the length of the messages or completion."
-            )
+        wanted = context_budget(wanted, room, self.max_model_len, self.defaults)
         params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
         forced = forced_tool_calls(request)
         if forced is None and tools is not None:

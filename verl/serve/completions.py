@@ -11,7 +11,15 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve.request_checks import SAMPLING_FIELDS, RequestError, check_options, parse, ranked, token_usage
+from verl.serve.request_checks import (
+    SAMPLING_FIELDS,
+    RequestError,
+    check_options,
+    context_budget,
+    parse,
+    ranked,
+    token_usage,
+)
 
 
 COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt", "echo"}
@@ -145,13 +153,12 @@ def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[
         ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         text = prompt if isinstance(prompt, str) else tokenizer.decode(ids)
         room = engine.max_model_len - len(ids)
-        wanted = room if request.max_tokens is None else request.max_tokens
-        if room < 1 or wanted > room:
+        if room < 1:
             raise RequestError(
-                f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
-                f"{len(ids) + wanted} tokens ({len(ids)} in the prompt, {wanted} in the completion). Reduce the "
-                "length of the prompt or completion."
+                f"This model's maximum context length is {engine.max_model_len} tokens. However, your prompt has "
+                f"{len(ids)} tokens. Reduce the length of the prompt."
             )
+        wanted = context_budget(request.max_tokens, room, engine.max_model_len, engine.defaults)
         rendered.append((ids, text, tokenizer.decode(ids[:1]), max(wanted, 1)))
     completion = Completion([prompt[:3] for prompt in rendered], request.n, bool(request.echo), request.logprobs)
     completion.generate = request.max_tokens != 0
@@ -196,13 +203,11 @@ def complete(engine: Any, request: Any, prompts: list[str | list[int]]) -> dict[
 
 def stream(engine: Any, request: Any, prompts: list[str | list[int]]) -> Iterator[dict[str, Any]]:
     """The text_completion chunks of a streamed request (the prompt first with echo; the usage last, with
-    include_usage). The request is checked and in the engine when this returns."""
+    include_usage). Lazy, as chat's: the server takes the first chunk in a worker thread, so waiting for the engine
+    thread to take the request never blocks the event loop (a streamed completion held every other stream and
+    /health for an engine step)."""
     _check_characters(engine, prompts)
     completion, outputs = engine.loop.submit(lambda: _submit(engine, request, prompts))
-    return _chunks(engine, request, completion, outputs)
-
-
-def _chunks(engine: Any, request: Any, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
     header = completion.header(engine.name)
     offsets = [0] * len(completion.choices)
     try:

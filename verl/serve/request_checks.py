@@ -113,6 +113,20 @@ def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
     return [(token_id, alternatives[token_id]) for _, token_id in sorted(best)]
 
 
+def context_budget(wanted: int | None, room: int, max_model_len: int, defaults: dict[str, Any]) -> int:
+    """The completion's token budget, as vLLM's server sets it: the request's (or else the model's generation-config
+    default, or else the rest of the context), cut down to the `room` the prompt leaves; a request for more than the
+    whole context is refused."""
+    if wanted is not None and wanted > max_model_len:
+        raise RequestError(
+            f"This model's maximum context length is {max_model_len} tokens (--max-model-len); max_tokens={wanted} "
+            "cannot be greater. Request fewer output tokens."
+        )
+    if wanted is None:
+        wanted = defaults.get("max_tokens") or room
+    return min(wanted, room)
+
+
 def token_usage(prompt: int, completion: int) -> dict[str, int]:
     """OpenAI's `usage` token counts."""
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}

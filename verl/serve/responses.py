@@ -91,6 +91,11 @@ def _call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any
             "arguments": function["arguments"], "status": status}  # fmt: skip
 
 
+def _plain(value: Any) -> Any:
+    """A request field as JSON: a named tool_choice is parsed into a pydantic object (the Agents SDK's forced tool)."""
+    return value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
+
+
 def _response(request: Any, name: str, response_id: str, created: int, output: list, finish: str | None,
               usage: dict[str, int] | None) -> dict[str, Any]:  # fmt: skip
     """The `response` object: in progress while `finish` is None, incomplete when the length limit cut it."""
@@ -101,7 +106,7 @@ def _response(request: Any, name: str, response_id: str, created: int, output: l
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": request.instructions, "metadata": request.metadata, "max_output_tokens":
         request.max_output_tokens, "parallel_tool_calls": request.parallel_tool_calls is not False,
-        "temperature": request.temperature, "top_p": request.top_p, "tool_choice": request.tool_choice,
+        "temperature": request.temperature, "top_p": request.top_p, "tool_choice": _plain(request.tool_choice),
         "tools": [tool.model_dump(exclude_none=True) for tool in request.tools], "text": request.text and
         request.text.model_dump(by_alias=True, exclude_none=True), "store": False, "truncation": "disabled",
         "previous_response_id": None, "reasoning": None, "user": request.user,

@@ -97,8 +97,8 @@ async def _stream(receive: Callable, client: Any, events: Iterator[dict[str, Any
     first = await _watching(receive, client, next, events)
 
     async def body() -> AsyncIterator[bytes]:
-        yield _event(first, named)
-        try:
+        try:  # the headers are out: any error from here on is an error event (the connection was dropped)
+            yield _event(first, named)
             async for event in iterate_in_threadpool(events):
                 yield _event(event, named)
         except Exception as error:

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -197,6 +198,9 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         ckpt_tracker = CheckpointTracker.resumed(root, step)
         metrics: dict[str, float] = {}
         last_saved = first_step = step
+        epoch_batches = functools.lru_cache(maxsize=1)(  # an epoch's order, drawn once (a permutation of every row)
+            lambda epoch: batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)
+        )
         with StopRequest(trainer.signal_grace_s).installed() as stop:  # a signal: the step in flight finishes first
             while step < total_steps:
                 if stop.requested:
@@ -206,9 +210,13 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                     )
                     stop.stop(step, unsaved, last, root)
                 epoch, offset = divmod(step, steps_per_epoch)
-                batch = batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)[offset]
+                rows = _collate(train, epoch_batches(epoch)[offset])
                 step += 1
-                metrics = {**group.train_batch(_collate(train, batch))[0], "train/epoch": float(epoch)}
+                started = time.perf_counter()
+                metrics = {**group.train_batch(rows)[0], "train/epoch": float(epoch)}
+                seconds = time.perf_counter() - started
+                tokens = float(rows.batch["attention_mask"].sum())
+                metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds / group.world_size})
                 is_last = step == total_steps
                 if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
                     metrics.update(validate(group, val, data.val_batch_size))

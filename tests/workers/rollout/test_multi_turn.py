@@ -185,6 +185,10 @@ class ClientCountdown(ChatClientEnv):
             if turn == 2 and self.misuse == "number":
                 messages = messages[:-1] + [{"role": "user", "content": 5}]
             extra = {"stop": ["STOP"]} if self.misuse == "stop" else {}
+            if self.misuse == "one_call":
+                extra = {"parallel_tool_calls": False}
+            if self.misuse == "tools_off":  # the prompt shows the tools under "none" (this dataset's prompts have none)
+                extra = {"tools": [{"type": "function", "function": {"name": "add", "parameters": {}}}], "tool_choice": "none"}
             reply = await client.chat.completions.create(
                 model=model, messages=messages, temperature=0.3, **self.extra, **extra
             )
@@ -499,6 +503,8 @@ def test_a_client_used_wrongly_is_refused_and_leaves_no_trace_in_the_episode(rol
             ("overlap", r"a request came while the previous one was unanswered"),
             ("number", r"message \d+'s content must be a string or a list of content parts .*got int 5"),
             ("stop", r"stop=\['STOP'\]: stop strings are not applied in training"),
+            ("one_call", r"parallel_tool_calls=False: in training a reply's calls are all read"),
+            ("tools_off", r"the first request's messages render to \d+ tokens that differ"),
         ):
             _with_env(engine, "ClientCountdown", misuse=misuse)
             with pytest.raises(

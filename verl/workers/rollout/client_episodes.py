@@ -102,7 +102,7 @@ class EngineChatClient:
     ) -> Any:
         """Hand the request to the request loop and wait for its reply. Sampling options other than the token limit
         are the rollout's (temperature, top_p, seed, ...) and are ignored; options that change what a reply holds
-        (REFUSED_OPTIONS, a forced `tool_choice`) and chat template variables (`extra_body={"chat_template_kwargs":
+        (REFUSED_OPTIONS, a forced `tool_choice`, `parallel_tool_calls=False`) and chat template variables (`extra_body={"chat_template_kwargs":
         ...}`) other than the run's data.chat_template_kwargs are refused. With `tools`, the reply's tool calls are
         read as `verl.serve` reads them (`tool_calls`, finish_reason "tool_calls")."""
         if n not in (None, 1):
@@ -115,8 +115,11 @@ class EngineChatClient:
                 f"tool_choice={tool_choice!r}: forced tool calls are not applied in training; use 'auto' (or leave "
                 "it out) and let the model choose."
             )
-        if tool_choice == "none":
-            tools = None
+        if ignored.get("parallel_tool_calls") is False:
+            raise ValueError(
+                "parallel_tool_calls=False: in training a reply's calls are all read (the engine's tokens hold every "
+                "call the model wrote); leave it out of the request."
+            )
         asked = (ignored.get("extra_body") or {}).get("chat_template_kwargs")
         run = self._turns.runner.continuation.template_kwargs
         if asked is not None and dict(asked) != run:
@@ -126,7 +129,9 @@ class EngineChatClient:
             )
         limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
         future = asyncio.get_running_loop().create_future()
-        self._turns.post(("request", self._conversation, messages, limit, tools, future))
+        # under "none" the prompt still shows the tools (as vLLM renders it), and no call is read from the reply
+        calls_read = tools if tool_choice != "none" else None
+        self._turns.post(("request", self._conversation, messages, limit, tools, calls_read, future))
         return await future
 
 
@@ -195,7 +200,8 @@ class _Conversation:
     """The last request's messages plus the reply it got (what the next request must repeat)."""
     turn_end: str = ""
     request: tuple[asyncio.Future, int, Any] | None = None
-    """The request waiting for the engine: the coroutine's future, the turn's token limit and the tools it offers."""
+    """The request waiting for the engine: the coroutine's future, the turn's token limit and the tools whose calls
+    are read from the reply (None under tool_choice "none")."""
     asked: bool = False
     """The coroutine has sent a request (one that was accepted)."""
     working_since: float = field(default_factory=time.monotonic)
@@ -318,7 +324,7 @@ class ClientTurns(TurnHooks):
                 del self.conversations[id(conversation.sample)]
                 completed = completed or conversation.group.complete
                 continue
-            _, conversation, messages, max_tokens, tools, future = event
+            _, conversation, messages, max_tokens, tools, calls_read, future = event
             try:
                 limit = self._check(conversation, messages, max_tokens, tools)
             # the coroutine gets it, from its client's create (TypeError, NotImplementedError: an image part that
@@ -326,7 +332,7 @@ class ClientTurns(TurnHooks):
             except (EpisodeOver, ValueError, TypeError, NotImplementedError) as err:
                 self._answer(future, error=err)
                 continue
-            conversation.request, conversation.asked = (future, limit, tools), True
+            conversation.request, conversation.asked = (future, limit, calls_read), True
             ready = True
         timeout = self.runner.env_step_timeout_s
         if timeout > 0:
