@@ -98,6 +98,10 @@ def alpaca_context(row: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+REPORTED_ERRORS = 20
+"""Bad rows the start-up check names in its one error before it stops."""
+
+
 class SFTDataset(torch.utils.data.Dataset):
     """Tokenized conversations with their assistant masks."""
 
@@ -297,20 +301,39 @@ class SFTDataset(torch.utils.data.Dataset):
     def _check_rows(self, chunk: int = 256) -> None:
         """Check every row's messages, images (decoded in full), assistant mask and token length against
         data.max_length: over it is an error with data.truncation=error, and with right when no assistant token would
-        remain. Tokenized in chunks, one tokenizer call each (the masks' checks: each row on its own)."""
+        remain. Tokenized in chunks, one tokenizer call each (the masks' checks: each row on its own). One error names
+        the first REPORTED_ERRORS bad rows (the check stops there): a fix-and-rerun loop shows them all at once."""
+        errors: list[SFTDataError] = []
         for start in range(0, len(self.source), chunk):
-            indices = range(start, min(start + chunk, len(self.source)))
-            conversations = [self._conversation(index) for index in indices]
-            texts = [self._full_text(index, c) for index, c in zip(indices, conversations)]
-            encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"]
-            lengths = [len(ids) + self._appends_eos(ids) for ids in encoded]
-            for index, conversation, text, length in zip(indices, conversations, texts, lengths):
-                self._check_rendered_turns(index, conversation, text)
-                self.encode(index, check_only=True)  # the assistant mask can be exact
-                extra = self._image_tokens(index, conversation, text)
-                length += sum(extra)
-                if length > self.max_length:
-                    self._check_overlong(index, conversation, length, extra)
+            rows = []
+            for index in range(start, min(start + chunk, len(self.source))):
+                try:
+                    conversation = self._conversation(index)
+                    rows.append((index, conversation, self._full_text(index, conversation)))
+                except SFTDataError as error:
+                    errors.append(error)
+            texts = [text for *_, text in rows]
+            encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+            for (index, conversation, text), ids in zip(rows, encoded):
+                try:
+                    self._check_rendered_turns(index, conversation, text)
+                    self.encode(index, check_only=True)  # the assistant mask can be exact
+                    extra = self._image_tokens(index, conversation, text)
+                    length = len(ids) + self._appends_eos(ids) + sum(extra)
+                    if length > self.max_length:
+                        self._check_overlong(index, conversation, length, extra)
+                except SFTDataError as error:
+                    errors.append(error)
+            if len(errors) >= REPORTED_ERRORS:
+                break
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            count = f"{len(errors)} rows" if len(errors) < REPORTED_ERRORS else f"at least {REPORTED_ERRORS} rows"
+            lines = "\n".join(f"  {str(error).rstrip('.')}." for error in errors[:REPORTED_ERRORS])
+            raise SFTDataError(
+                f"{count} of the data cannot be trained on (the check stops at {REPORTED_ERRORS}):\n{lines}"
+            )
 
     def _check_rendered_turns(self, index: int, conversation: Conversation, full_text: str) -> None:
         """Refuse a learned assistant turn that the chat template renders empty though its content is not: Qwen3
