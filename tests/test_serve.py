@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from types import SimpleNamespace
@@ -602,6 +603,18 @@ def test_the_responses_api_reads_text_and_tool_calls_streamed_or_not(scripted_se
     assert status == 400 and body["error"]["message"].startswith("'previous_response_id' is not supported")
     status, body = post_json(f"{url}/responses", {"input": "Hi", "tools": [{"type": "web_search"}]})
     assert status == 400 and "only function tools" in body["error"]["message"]
+
+
+def test_health_says_when_the_engine_can_no_longer_serve(scripted_server):
+    """/health was 200 whatever the engine's state: a load balancer kept sending requests that all failed."""
+    engine, url = scripted_server(["a"])
+    health = url.replace("/v1", "/health")
+    with urllib.request.urlopen(health, timeout=30) as response:
+        assert response.status == 200
+    engine.loop.thread.fail(RuntimeError("the engine process died"))
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(health, timeout=30)
+    assert error.value.code == 503
 
 
 def test_a_client_that_leaves_a_stream_aborts_its_request(scripted_server):

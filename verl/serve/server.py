@@ -141,8 +141,11 @@ def make_app(engine: Any) -> Any:
         return JSONResponse({"error": body}, status_code=error.status_code)
 
     @app.get("/health")
-    async def health() -> Response:  # as vLLM's server: 200, no body, while it serves
-        return Response(status_code=200)
+    async def health() -> Response:  # as vLLM's server: 200, no body, while it serves; 503 once its engine cannot
+        thread = engine.loop.thread
+        core = getattr(getattr(engine.llm.llm_engine, "engine_core", None), "resources", None)  # vLLM's engine process
+        dead = thread.error is not None or not thread.thread.is_alive() or getattr(core, "engine_dead", False)
+        return Response(status_code=503 if dead else 200)
 
     created = int(time.time())  # (OpenAI's Model object has it; clients that build one read it)
 
