@@ -404,6 +404,7 @@ class ScriptedEngine(ChatEngine):
     def __init__(self, pieces, prompt_tokens=7):
         self.name, self.max_model_len, self.defaults, self.delay = "tiny", 512, {}, 0.0
         self.pieces, self.prompt_tokens, self.aborted = pieces, prompt_tokens, []
+        self.last_finish = "stop"
         self.steps = []
         self.llm = SimpleNamespace(llm_engine=self)
         self.loop = EngineLoop(self.llm)  # the server's engine loop, stepping this engine
@@ -412,7 +413,7 @@ class ScriptedEngine(ChatEngine):
         reply = Reply("chatcmpl-scripted", self.prompt_tokens, request.n, HERMES if request.tools else None)
         self.steps = [
             [
-                completion(text, index, "stop" if step == len(self.pieces) - 1 else None)
+                completion(text, index, self.last_finish if step == len(self.pieces) - 1 else None)
                 for index in range(len(reply.choices))
             ]
             for step, text in enumerate(self.pieces)
@@ -603,6 +604,17 @@ def test_the_responses_api_reads_text_and_tool_calls_streamed_or_not(scripted_se
     assert status == 400 and body["error"]["message"].startswith("'previous_response_id' is not supported")
     status, body = post_json(f"{url}/responses", {"input": "Hi", "tools": [{"type": "web_search"}]})
     assert status == 400 and "only function tools" in body["error"]["message"]
+
+
+def test_a_request_the_engine_failed_is_a_server_error(scripted_server):
+    """vLLM's finish_reason "error" (a retryable internal error its server turns into a 500) reached the client as a
+    200 holding the partial text."""
+    engine, url = scripted_server(["Hel", "lo"])
+    engine.last_finish = "error"
+    status, _, body = post(url, request())
+    assert status == 500 and "The engine failed this request" in body["error"]["message"]
+    status, _, text = post(url, request(stream=True))  # after the first chunk: an error event
+    assert status == 200 and "The engine failed this request" in text
 
 
 def test_health_says_when_the_engine_can_no_longer_serve(scripted_server):

@@ -16,6 +16,7 @@ from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_c
 from verl.models.config import DTYPE_NAMES
 from verl.serve.engine_loop import EngineLoop
 from verl.serve.request_checks import (
+    ENGINE_FAILED,
     SAMPLING_FIELDS,
     RequestError,
     check_options,
@@ -154,6 +155,8 @@ class ChoiceText:
 
     def add(self, completion: Any) -> str:
         """Take one step's new text of this choice (a vLLM CompletionOutput delta): the content to send now."""
+        if completion.finish_reason == "error":  # vLLM: a retryable internal error, which its server makes a 500
+            raise RuntimeError(ENGINE_FAILED)
         self.text += completion.text
         self.tokens += len(completion.token_ids)
         if self.top_logprobs is not None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from verl.serve.request_checks import (
+    ENGINE_FAILED,
     SAMPLING_FIELDS,
     RequestError,
     check_options,
@@ -71,6 +72,8 @@ class CompletionChoice:
 
     def add(self, completion: Any) -> tuple[str, list[tuple[str, float | None, dict | None]]]:
         """Take one step's delta (a vLLM CompletionOutput): (its new text, its new logprob entries)."""
+        if completion.finish_reason == "error":  # vLLM: a retryable internal error, which its server makes a 500
+            raise RuntimeError(ENGINE_FAILED)
         self.text += completion.text
         self.tokens += len(completion.token_ids)
         self.finish_reason = completion.finish_reason or self.finish_reason

@@ -113,6 +113,10 @@ def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
     return [(token_id, alternatives[token_id]) for _, token_id in sorted(best)]
 
 
+ENGINE_FAILED = "The engine failed this request (vLLM's finish_reason 'error', an internal error); send it again."
+"""The 500 of a request the engine ended with an error (its partial text is not a reply)."""
+
+
 def context_budget(wanted: int | None, room: int, max_model_len: int, defaults: dict[str, Any]) -> int:
     """The completion's token budget, as vLLM's server sets it: the request's (or else the model's generation-config
     default, or else the rest of the context), cut down to the `room` the prompt leaves; a request for more than the
