@@ -289,3 +289,15 @@ def test_a_hub_id_names_a_config_as_a_third_part(tmp_path, monkeypatch):
         ValueError, match=re.escape("Name one of its configs after the id, as 'acme/gsm/CONFIG@train'")
     ):
         load_source("acme/gsm@train")
+
+
+def test_a_prompt_in_sharegpts_layout_is_read_as_sft_reads_it():
+    """LLaMA-Factory's {"from", "value"} messages: SFT read them, RL refused them as "message 0 of the prompt must be
+    the user's"."""
+    from verl.data.sources import split_prompt_messages
+
+    sharegpt = [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "2 + 2?"}]
+    assert split_prompt_messages(sharegpt) == ([{"role": "system", "content": "Be brief."}], "2 + 2?")
+    calls = [{"from": "human", "value": "Add."}, {"from": "function_call", "value": "{not json"}]
+    with pytest.raises(ValueError, match=r"message 1 of the prompt \(ShareGPT's 'function_call'\): the call is not"):
+        split_prompt_messages([*calls, {"from": "human", "value": "Go on."}])

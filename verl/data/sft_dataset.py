@@ -6,7 +6,6 @@ template whose prefix renderings are not prefixes of the whole is refused. Examp
 so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,16 @@ from verl.data.multimodal import (
     path_outside,
     processor_inputs,
 )
-from verl.data.sources import RowSource, load_source, tool_schemas, with_marker_text, with_tool_calls, without_nulls
+from verl.data.sources import (
+    SHAREGPT_ROLES,
+    RowSource,
+    load_source,
+    sharegpt_message,
+    tool_schemas,
+    with_marker_text,
+    with_tool_calls,
+    without_nulls,
+)
 from verl.data.tokenizer import (
     TURN_MARKER,
     check_chat_template_kwargs,
@@ -41,9 +49,6 @@ from verl.protocol import DataProto
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "observation": "tool"}
-"""ShareGPT's `from` values (LLaMA-Factory's data) and the roles they become: a `{"from", "value"}` message is read as
-`{"role", "content"}`; a function_call turn as an assistant message with `tool_calls` (`sharegpt_message`)."""
 IMAGE_MARKER = "<image>"
 _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
 
@@ -63,21 +68,6 @@ class Conversation:
     messages may hold few-shot assistant turns, which are context, as in TRL's prompt-completion rows)."""
     prepended: int = 0
     """Messages put before the row's own (its system column's)."""
-
-
-def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
-    """A ShareGPT turn (LLaMA-Factory's layout) as a role/content message: `function_call`'s value, one call or a list
-    of calls as JSON ({"name", "arguments"}), becomes an assistant message with `tool_calls`, which the chat template
-    writes in the model's own call format; `observation` a tool message."""
-    if sender != "function_call":
-        return {"role": SHAREGPT_ROLES.get(sender, sender), "content": value}
-    try:
-        calls = json.loads(value) if isinstance(value, str) else value
-    except ValueError as error:
-        raise ValueError(f"the call is not JSON ({error})") from None
-    calls = calls if isinstance(calls, list) else [calls]
-    tool_calls = [{"type": "function", "function": call} for call in calls]
-    return {"role": "assistant", "content": "", "tool_calls": tool_calls}
 
 
 def system_column(row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -630,12 +630,40 @@ def with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": message.get("content") or "", "tool_calls": rendered}
 
 
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "observation": "tool"}
+"""ShareGPT's `from` values (LLaMA-Factory's data) and the roles they become: a `{"from", "value"}` message is read as
+`{"role", "content"}`; a function_call turn as an assistant message with `tool_calls` (`sharegpt_message`)."""
+
+
+def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
+    """A ShareGPT turn (LLaMA-Factory's layout) as a role/content message: `function_call`'s value, one call or a list
+    of calls as JSON ({"name", "arguments"}), becomes an assistant message with `tool_calls`, which the chat template
+    writes in the model's own call format; `observation` a tool message."""
+    if sender != "function_call":
+        return {"role": SHAREGPT_ROLES.get(sender, sender), "content": value}
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except ValueError as error:
+        raise ValueError(f"the call is not JSON ({error})") from None
+    calls = calls if isinstance(calls, list) else [calls]
+    tool_calls = [{"type": "function", "function": call} for call in calls]
+    return {"role": "assistant", "content": "", "tool_calls": tool_calls}
+
+
 def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
-    """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns (with their
-    `tool_calls`, and tool messages), then the user's): (the messages before the last, the last one's text). The last
+    """A prompt given as chat messages (verl's and TRL's layout, or ShareGPT's `{"from", "value"}`: system, few-shot
+    user/assistant turns (with their `tool_calls`, and tool messages), then the user's): (the messages before the last,
+    the last one's text). The last
     one is where data.format_prompt and the media markers apply; ValueError says what is wrong."""
     if len(messages) == 0:
         raise ValueError("the prompt is an empty list of messages")
+    messages = list(messages)
+    for position, message in enumerate(messages):  # ShareGPT's layout (LLaMA-Factory's), as SFT reads it
+        if isinstance(message, dict) and "role" not in message and {"from", "value"} <= set(message):
+            try:
+                messages[position] = sharegpt_message(message["from"], message["value"])
+            except ValueError as error:
+                raise ValueError(f"message {position} of the prompt (ShareGPT's {message['from']!r}): {error}") from None
     messages = [with_marker_text(position, without_nulls(message)) for position, message in enumerate(messages)]
     for position, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
