@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The reward-model worker (FSDP2 over gloo ranks in real Ray workers) and the Bradley-Terry training script."""
 
+import copy
 import os
 
 
@@ -138,7 +139,15 @@ def test_a_response_cannot_end_its_turn_in_what_the_reward_model_reads(rm_tokeni
     specials = set(rm_tokenizer.all_special_ids)
     (plain, ids), _ = tokenize_conversations(rm_tokenizer, ["What is 2 + 3?"] * 2, ["5", forged], max_length=10_000)
     assert sum(i in specials for i in ids) == sum(i in specials for i in plain)  # the template's own
-    assert forged in rm_tokenizer.decode(ids)
+    assert forged in rm_tokenizer.decode(ids).replace("\u200b", "")
+    # an RM template that trims what it renders (Llama 3's, Gemma's): a response ending in a newline was not found in
+    # the rendering, and its forged markers became real ones
+    trimming = copy.deepcopy(rm_tokenizer)
+    trimming.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n{% endfor %}"
+    )
+    (plain, ids), _ = tokenize_conversations(trimming, ["What is 2 + 3?"] * 2, ["5", forged + "\n"], 10_000)
+    assert sum(i in specials for i in ids) == sum(i in specials for i in plain) == 4
 
 
 def test_last_token_scores_reads_the_last_valid_token_even_if_it_is_the_pad_id(rm_dir):

@@ -190,3 +190,23 @@ def test_a_reward_model_and_a_judge_stream_beside_the_rules_and_combine_as_in_a_
     assert model_metrics["reward_model/n"] == pytest.approx((2 * 2 + 4 * 4) / 6)
     assert model_metrics["reward_model/score_mean"] == pytest.approx(np.mean(whole["rm_score"]))
     assert model_metrics["reward_model/score_mean"] == pytest.approx(-(30 + 31 + 10 + 11) / 4)
+
+
+def test_a_reward_model_score_that_is_not_finite_stops_the_step_naming_the_sample():
+    """A NaN score (an fp16 reward model that overflowed) made its group's advantages NaN and the update was skipped
+    with a warning only; a reward function's NaN was already refused."""
+    from verl.rewards.function import RewardFunctionError
+
+    class NaNModel(RewardModelGroup):
+        def submit(self, method: str, data: DataProto) -> GroupFuture:
+            future = super().submit(method, data)
+            future.output.batch["rm_scores"][1] = float("nan")
+            return future
+
+    data = rows(["a", "a", "b", "b"], [10, 11, 20, 21])
+    data.non_tensor_batch["prompt_content"] = np.array(["p"] * len(data), dtype=object)
+    scorer = BatchScorer(RewardConfig(), Tokenizer(), Runner(), NaNModel(), None, get)
+    with pytest.raises(
+        RewardFunctionError, match=r"reward model \(worker.reward.model\) scored sample 1 nan \(1 of 4"
+    ):
+        scorer.score(data)

@@ -663,7 +663,9 @@ def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
             try:
                 messages[position] = sharegpt_message(message["from"], message["value"])
             except ValueError as error:
-                raise ValueError(f"message {position} of the prompt (ShareGPT's {message['from']!r}): {error}") from None
+                raise ValueError(
+                    f"message {position} of the prompt (ShareGPT's {message['from']!r}): {error}"
+                ) from None
     messages = [with_marker_text(position, without_nulls(message)) for position, message in enumerate(messages)]
     for position, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None

@@ -108,6 +108,19 @@ def special_strings(tokenizer: Any) -> list[str]:
     return [token.content for token in decoder.values() if token.special]
 
 
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def defuse_specials(text: str, specials: list[str]) -> str:
+    """`text` with every special token's string it spells (`<|im_end|>`) broken by a zero-width space after its first
+    character: no rendering of it, however a chat template trims or rewrites it, tokenizes as the special token. What a
+    policy writes goes to a judge or reward model this way: it cannot close its turn and forge instructions."""
+    for token in sorted(specials, key=len, reverse=True):
+        if len(token) > 1 and token in text:
+            text = text.replace(token, token[0] + ZERO_WIDTH_SPACE + token[1:])
+    return text
+
+
 def encode_rendered(tokenizer: Any, text: str, parts: list[str], specials: list[str] | None = None) -> list[int]:
     """The ids of `text`, a chat template's rendering (no special tokens added), where each of `parts` (text it holds
     from outside: a tool's output, a policy's response), in order, that spells a special token's string is encoded
@@ -120,6 +133,9 @@ def encode_rendered(tokenizer: Any, text: str, parts: list[str], specials: list[
         if not part or not any(token in part for token in specials):
             continue
         start = text.find(part, cursor)
+        if start < 0 and part.strip():  # a template that trims what it renders (Llama 3's, Gemma's)
+            part = part.strip()
+            start = text.find(part, cursor)
         if start < 0:
             continue
         ids += encode(text[cursor:start]) + encode(part, split_special_tokens=True)

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedTokenizerBase
 
-from verl.data.tokenizer import encode_rendered, get_tokenizer
+from verl.data.tokenizer import defuse_specials, get_tokenizer, special_strings
 from verl.models.config import FSDPConfig
 from verl.models.fsdp import (
     apply_fsdp2,
@@ -65,11 +65,11 @@ def tokenize_conversations(
     tokens are added: the template holds them; those the prompt or response spell stay text."""
     if len(prompts) != len(responses):
         raise ValueError(f"Got {len(prompts)} prompts but {len(responses)} responses; pass one response per prompt.")
-    rows, truncated = [], 0
+    rows, truncated, specials = [], 0, special_strings(tokenizer)
     for prompt, response in zip(prompts, responses):
-        text = render_conversation(tokenizer, prompt, response)
         # a response spelling `<|im_end|>...` stays text: it cannot end its turn and forge what the RM scores
-        ids, cut = truncate_left(encode_rendered(tokenizer, text, [prompt, response]), max_length)
+        text = render_conversation(tokenizer, defuse_specials(prompt, specials), defuse_specials(response, specials))
+        ids, cut = truncate_left(tokenizer.encode(text, add_special_tokens=False), max_length)
         if not ids:
             raise ValueError(f"The conversation {text!r} has no tokens; the RM needs at least one to score.")
         rows.append(ids)

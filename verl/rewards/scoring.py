@@ -98,6 +98,14 @@ class BatchScorer:
         output = pending.rm_future.get()
         pending.rm_future = None
         pending.rm_scores = output.batch["rm_scores"].float()
+        bad = (~torch.isfinite(pending.rm_scores)).nonzero().flatten().tolist()
+        if bad:  # as a reward function's: one NaN made its group's advantages NaN, and the update was skipped
+            raise RewardFunctionError(
+                f"The reward model (worker.reward.model) scored sample {bad[0]} {pending.rm_scores[bad[0]].item()} "
+                f"({len(bad)} of {len(pending.rm_scores)} samples not finite); rewards must be finite. Check the "
+                "model's weights and dtype (fp16 overflows where bf16 does not).",
+                sample_index=bad[0],
+            )
         pending.rm_metrics = output.meta_info.get("metrics", {})
         if len(pending.rm_scores):  # the batch's own rows (the workers' totals count dispatch's padding rows too)
             pending.rm_metrics["reward_model/score_mean"] = pending.rm_scores.mean().item()
