@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from verl.models.config import WEIGHT_FILE_SUFFIXES
 from verl.models.transformers_compat import save_model_folder
 from verl.utils.hub import safetensors_files
 
@@ -71,12 +72,13 @@ def model_class(config: Any) -> type:
 
 
 def _copy_side_files(hf_dir: str, target_dir: str, skip: tuple[str, ...]) -> None:
-    """The tokenizer, processor and generation config the trainer saved beside the config."""
+    """The tokenizer, processor and generation config the trainer saved beside the config (no weight file or weight
+    index: an earlier sharded export's index, copied beside a single-file export, made vLLM refuse the folder)."""
     if os.path.abspath(target_dir) == os.path.abspath(hf_dir):
         return
     os.makedirs(target_dir, exist_ok=True)
     for name in os.listdir(hf_dir):
-        if name not in skip and not name.endswith(".safetensors") and os.path.isfile(os.path.join(hf_dir, name)):
+        if name not in skip and not name.endswith(WEIGHT_FILE_SUFFIXES) and os.path.isfile(os.path.join(hf_dir, name)):
             with open(os.path.join(hf_dir, name), "rb") as src, open(os.path.join(target_dir, name), "wb") as dst:
                 dst.write(src.read())
 
@@ -156,13 +158,28 @@ def merge_lora(
     scaling = lora_scaling(adapter_config)
     config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     try:  # a missing folder or hub id, not a write error
-        model = model_class(config).from_pretrained(
-            base_path, config=config, dtype=torch.float32, trust_remote_code=trust_remote_code
+        model, loading = model_class(config).from_pretrained(
+            base_path,
+            config=config,
+            dtype=torch.float32,
+            trust_remote_code=trust_remote_code,
+            output_loading_info=True,
         )
     except OSError as error:
         raise FileNotFoundError(
             f"The base model '{base_path}' cannot be loaded ({error}); pass --base_model."
         ) from None
+    except (RuntimeError, ValueError) as error:  # weights of other shapes: another model's
+        raise ValueError(
+            f"The base model '{base_path}' is not the model this checkpoint trained ({str(error).splitlines()[0]}); "
+            "pass --base_model with the run's model_path."
+        ) from None
+    missing = [*loading.get("missing_keys", ()), *(key for key, *_ in loading.get("mismatched_keys", ()))]
+    if missing:  # from_pretrained initialises them afresh: the export would hold random weights there
+        raise ValueError(
+            f"The base model '{base_path}' lacks weights this checkpoint's model has ({', '.join(sorted(missing)[:4])}"
+            f"{' ...' if len(missing) > 4 else ''}): it is another model; pass --base_model with the run's model_path."
+        )
     params = dict(model.named_parameters())
     plan = lora_merge_plan_from_names(state)
     if not plan:
@@ -360,7 +377,6 @@ def _earlier_export(target_dir: str, own: bool) -> list[str]:
     """Weights or adapter files already in `target_dir` would stay beside the export's (other shards; an
     adapter_config.json that makes the folder load as an adapter): in the checkpoint's own folder (`own`, the default
     target) they are an earlier export of it, to replace (their names); in a folder the user named, ValueError."""
-    from verl.models.config import WEIGHT_FILE_SUFFIXES
     from verl.models.lora import ADAPTER_CONFIG_FILE
 
     if not os.path.isdir(target_dir):

@@ -144,3 +144,25 @@ def test_a_mixture_of_experts_is_refused_before_training(tmp_path):
     moe = get_or_build_tiny_model("qwen3_moe", str(tmp_path))
     with pytest.raises(NotImplementedError, match=r"mixture of experts \(model\.layers\.0\.mlp\.experts.*lora.rank=0"):
         _adapted(moe)
+
+
+def test_the_sft_export_merges_into_the_base_as_its_folder_holds_it(models):
+    """On a GPU a LoRA run's frozen base trains in bf16: the SFT export merged the adapters into that copy and wrote
+    an fp32-declared model's every weight rounded through bf16 (embeddings and untouched layers too). The export now
+    takes the frozen weights from the folder, as the merger does."""
+    from verl.models.lora import merged_state_dict
+    from verl.sft.worker import merged_lora_export
+
+    model = _adapted(models["qwen2"])
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.normal_(0, 0.02, generator=torch.Generator().manual_seed(0))
+    state = model.state_dict()
+    frozen = {name for name, param in model.named_parameters() if not param.requires_grad}
+    expected = merged_state_dict(state, 2.0)  # alpha 8 / rank 4
+    on_gpu = {name: tensor.to(torch.bfloat16) if name in frozen else tensor for name, tensor in state.items()}
+    exported = merged_lora_export(on_gpu, frozen, ModelConfig(model_path=models["qwen2"]), 2.0)
+    assert set(exported) == set(expected)
+    assert all(torch.equal(exported[name], expected[name]) for name in expected)
+    assert not all(torch.equal(tensor, expected[name]) for name, tensor in merged_state_dict(on_gpu, 2.0).items())

@@ -122,6 +122,19 @@ def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path) -> None:
     assert os.path.isfile(tmp_path / "bf16" / "tokenizer_config.json")  # the trainer's files are copied along
 
 
+def test_an_earlier_sharded_exports_index_is_not_copied_along(checkpoint, tmp_path) -> None:
+    """The side files copied beside an export skipped only *.safetensors: an earlier sharded export's index in the
+    checkpoint's folder went along, and vLLM refused the single-file folder (weights in the index but missing)."""
+    actor, _ = checkpoint
+    step = tmp_path / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    index = {"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
+    (step / "actor" / "huggingface" / "model.safetensors.index.json").write_text(json.dumps(index))
+    merger.merge(str(step / "actor"), str(tmp_path / "out"), dtype="fp32")
+    assert not (tmp_path / "out" / "model.safetensors.index.json").exists()
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
 def test_a_target_holding_weights_is_refused_and_the_checkpoints_own_is_replaced(checkpoint, tmp_path) -> None:
     """Files of another model in --target_dir stayed beside the export's (an old shard; an adapter_config.json that
     made the folder load as an adapter): refused, naming them, and nothing written. The default target's are an

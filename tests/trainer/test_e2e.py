@@ -798,6 +798,20 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace, capsys
     capsys.readouterr()
     assert _model_merger().main(bad_base) == 2
     assert "were trained on other weights than the base model" in capsys.readouterr().err
+    # without the step's record of its weights (a copied actor folder), a base lacking some of the model's weights
+    # exported with exit 0, those weights freshly initialised
+    copied = root / "copied_step"
+    shutil.copytree(actor_dir.parent, copied)
+    (copied / "trainer_state.json").unlink()
+    lacking = root / "lacking_base"
+    shutil.copytree(workspace["text_model"], lacking)
+    weights_file = next(lacking.glob("*.safetensors"))
+    tensors = load_file(str(weights_file))
+    save_file({k: v for k, v in tensors.items() if ".0.self_attn.q_proj.bias" not in k}, str(weights_file))
+    capsys.readouterr()
+    assert _model_merger().main(["--local_dir", str(copied / "actor"), "--target_dir", str(root / "unused"),
+                                 "--base_model", str(lacking)]) == 2  # fmt: skip
+    assert "lacks weights this checkpoint's model has (model.layers.0.self_attn.q_proj.bias)" in capsys.readouterr().err
     merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
     with_adapter = PeftModel.from_pretrained(base, str(actor_dir / "lora_adapter"))  # peft reads our adapter layout

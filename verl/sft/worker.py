@@ -26,7 +26,7 @@ from verl.models.fsdp import (
     micro_batch_pass,
 )
 from verl.models.loading import build_model, declared_dtype, exported_config, load_model_config
-from verl.models.lora import adapter_config_dict, lora_scaling, merged_state_dict
+from verl.models.lora import adapter_config_dict, base_name, lora_scaling, merged_state_dict
 from verl.models.transformers_compat import save_model_folder
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
@@ -46,6 +46,19 @@ from verl.workers.actor.forward import (
 
 
 logger = logging.getLogger(__name__)
+
+
+def merged_lora_export(
+    state: dict[str, torch.Tensor], frozen: set[str], model_config: Any, scaling: float
+) -> dict[str, torch.Tensor]:
+    """A LoRA run's full state with its adapters merged, for export. On a GPU the frozen base trains in the compute
+    dtype (bf16): its weights are taken from the model folder in fp32 instead, as the merger takes them, so the export
+    of an fp32- or fp16-declared model is not rounded through bf16 (embeddings and untouched layers included)."""
+    narrowed = [name for name in frozen if name in state and state[name].dtype in (torch.bfloat16, torch.float16)]
+    if narrowed:
+        source = build_model(model_config, device="cpu").state_dict()
+        state = {**state, **{name: source[base_name(name)] for name in narrowed if base_name(name) in source}}
+    return merged_state_dict(state, scaling)
 
 
 class SFTWorker(Worker):
@@ -159,7 +172,10 @@ class SFTWorker(Worker):
         state = get_full_state_dict(self.module)  # collective; the full tensors land on rank 0
         if dist.get_rank() == 0:
             if self.config.model.lora.rank > 0:
-                state = merged_state_dict(state, lora_scaling(adapter_config_dict(self.module)))
+                frozen = {name for name, param in self.module.named_parameters() if not param.requires_grad}
+                state = merged_lora_export(
+                    state, frozen, self.config.model, lora_scaling(adapter_config_dict(self.module))
+                )
             model = build_model(self.config.model, device="meta")
             model.load_state_dict(state, assign=True)
             model.tie_weights()
