@@ -3,6 +3,7 @@
 """The benchmarks' counts are checked by argparse: a zero or negative one is one line naming the option, before
 anything starts (they were tracebacks after a model was built, or figures of 0 tok/s with exit status 0)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         ("bench_sweep", "--runs"),
         ("bench_sweep", "--steps"),
         ("bench_sandbox", "--workers"),
+        ("bench_driver", "--prompts"),
     ],
 )
 def test_a_count_below_one_is_refused_naming_the_option(script, option):
@@ -31,6 +33,16 @@ def test_a_count_below_one_is_refused_naming_the_option(script, option):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.splitlines()[-1] == f"{script}.py: error: argument {option}: must be positive, got 0"
+
+
+def test_the_driver_benchmark_times_its_functions():
+    command = [sys.executable, os.path.join(REPO, "benchmarks", "bench_driver.py"), "--prompts", "4", "--n", "2"]
+    command += ["--prompt-length", "8", "--response-length", "16", "--repeats", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["function"] for row in rows] == ["join_rollout", "gae", "discounted_returns"]
+    assert all(row["rows"] == 8 and row["seconds"] >= 0 for row in rows)
 
 
 def test_a_request_the_server_refuses_is_reported_in_the_servers_words():

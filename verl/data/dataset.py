@@ -679,7 +679,12 @@ class RLHFDataset(Dataset):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            raw_prompt_ids=self.tokenizer.encode(prompt.text, add_special_tokens=False),
+            # a text prompt's ids are the encoding's (encoded once); with media the placeholders stay unexpanded
+            raw_prompt_ids=(
+                encoded["input_ids"].tolist()
+                if not (images or videos)
+                else self.tokenizer.encode(prompt.text, add_special_tokens=False)
+            ),
             multi_modal_data=multi_modal_data,
             ground_truth=prompt.ground_truth,
             prompt_text=prompt.text,

@@ -36,13 +36,16 @@ ENV_COLUMN_PREFIX = "env_"
 
 
 def decode_texts(batch: "DataProto", tokenizer: Any) -> tuple[list[str], list[str]]:
-    """(prompts, responses) as text, special tokens skipped, responses cut to their response_mask."""
-    prompts = tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-    responses = [
-        tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
-        for ids, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
-    ]
-    return prompts, responses
+    """(prompts, responses) as text, special tokens skipped, responses cut to their response_mask. Each distinct
+    prompt is decoded once (a group's n rows share it) and the responses in one batched call: decoding row by row
+    took 3-4 s a step at 4,096 rows."""
+    import torch
+
+    unique, inverse = torch.unique(batch.batch["prompts"], dim=0, return_inverse=True)
+    texts = tokenizer.batch_decode(unique, skip_special_tokens=True)
+    prompts = [texts[i] for i in inverse.tolist()]
+    kept = [ids[mask.bool()].tolist() for ids, mask in zip(batch.batch["responses"], batch.batch["response_mask"])]
+    return prompts, tokenizer.batch_decode(kept, skip_special_tokens=True)
 
 
 def finite_or_none(value: Any) -> float | None:
