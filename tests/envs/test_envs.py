@@ -522,3 +522,16 @@ def test_episode_info_that_would_replace_the_trainers_counters_or_is_not_finite_
     for odd in ({"solved": float("nan")}, {"solved": float("inf")}, {1: 1.0}):
         with pytest.raises(TypeError, match="keys must be text and its values finite"):
             checked_info(odd)
+
+
+def test_a_python_tool_without_its_sandbox_stops_the_episode_instead_of_answering_the_model(monkeypatch):
+    """SandboxUnavailable went back to the model as the call's error text: every call failed, the run trained on."""
+    from verl.rewards.sandbox import SandboxUnavailable, runner
+
+    monkeypatch.setenv("VERL_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
+    env = ToolEnv([python_tool])
+    with pytest.raises(SandboxUnavailable, match="needs bubblewrap"):
+        env.call("python_tool", {"code": "print(1)"})
+    with pytest.raises(SandboxUnavailable):
+        env.check_setup()

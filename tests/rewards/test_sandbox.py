@@ -156,6 +156,28 @@ def test_without_bubblewrap_untrusted_code_is_refused_unless_the_weaker_mode_is_
         SandboxLimits(isolation="none")
 
 
+def test_a_sandbox_that_stops_starting_is_an_error_not_failing_programs(monkeypatch, tmp_path) -> None:
+    """bwrap that passes the isolation probe, then cannot make a namespace (the kernel's count spent under load):
+    every harness ended before its first case, and each correct program was scored a runtime error (reward 0), with a
+    warning only. After one retry it is SandboxUnavailable, which stops the run."""
+    import shutil
+
+    flaky, count = tmp_path / "bwrap", tmp_path / "count"
+    flaky.write_text(
+        f"#!/bin/sh\nn=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}\n"
+        'if [ "$n" -ge 1 ]; then echo "bwrap: Creating new namespace failed: No space left on device" >&2; exit 1; fi\n'
+        f'exec {shutil.which("bwrap")} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    monkeypatch.setenv("VERL_BWRAP", str(flaky))
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
+    with pytest.raises(
+        sandbox.SandboxUnavailable, match=r"stopped before running any program, twice .*namespace fail"
+    ):
+        sandbox.run_python_cases("print(int(input()) + 1)", [("1\n", ""), ("2\n", "")])
+    assert int(count.read_text()) == 3  # the probe, the harness and its one retry
+
+
 def test_stdin_to_stdout_with_a_minimal_environment() -> None:
     code = "import os, sys\nprint(input()[::-1])\nprint(sorted(os.environ))\nprint(sys.flags.isolated)\n"
     result = run_python(code, "hello\n")

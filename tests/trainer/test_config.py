@@ -1503,6 +1503,18 @@ def test_tool_calls_that_may_outlast_the_step_timeout_are_refused(files):
     load_config([*args, "worker.rollout.env_kwargs={tool_timeout_s: 60}", "worker.rollout.env_step_timeout_s=1200"])
 
 
+def test_a_tool_environment_whose_python_tool_cannot_run_is_refused(files, monkeypatch):
+    """Without bubblewrap every python_tool call came back to the model as an error text ("raised
+    SandboxUnavailable"), and the run trained on: the model learned to stop calling the tool."""
+    from verl.rewards.sandbox import runner
+
+    monkeypatch.setenv("VERL_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
+    args = [*base_args(files), "worker.rollout.env=examples/envs/calculator.py:Calculator"]
+    with pytest.raises(ConfigError, match=r"worker.rollout.env='.*calculator.py:Calculator': .*needs bubblewrap"):
+        load_config(args)
+
+
 def test_the_environment_the_config_check_builds_is_released(files):
     """Validation builds the environment class once (a missing file, a bad keyword): what its __init__ started (a
     server) is released at once, not left running for the whole run."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.envs.base import EnvStep, MultiTurnEnv
+from verl.rewards.sandbox.limits import SandboxUnavailable
 
 
 logger = logging.getLogger(__name__)
@@ -268,6 +269,13 @@ class ToolEnv(MultiTurnEnv):
         self._timed_out: list[threading.Thread] = []
         self._timed_out_lock = threading.Lock()
 
+    def check_setup(self) -> None:
+        """Before training: a `python_tool` can run a program here (SandboxUnavailable says what to install)."""
+        if python_tool in self.tools:
+            from verl.rewards.sandbox import isolation
+
+            isolation("bwrap")
+
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The JSON schemas of the tools, for the chat template's `tools` argument."""
         from transformers.utils import get_json_schema
@@ -311,6 +319,8 @@ class ToolEnv(MultiTurnEnv):
             return f"Error: {name} did not return within {self.tool_timeout_s:g} s.", True
         if "error" in outcome:
             error = outcome["error"]
+            if isinstance(error, SandboxUnavailable):  # the machine's failure, not the call's: the run stops, named
+                raise error  # (as text to the model, every call failed and it learned to stop calling the tool)
             return f"Error: {name} raised {type(error).__name__}: {error}", True
         return outcome["text"], outcome["text"].startswith("Error")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from verl.rewards.sandbox import fusion
 from verl.rewards.sandbox.bootstrap import WAIT_CAP, CpuWait, Stretch, wait_for_exit
-from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult
+from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
 from verl.rewards.sandbox.plans import _Plan
 from verl.rewards.sandbox.runner import (
     _check_workers,
@@ -126,6 +126,10 @@ def run_many_cases(
     return results
 
 
+class _HarnessDidNotStart(RuntimeError):
+    """The harness process ended before its first case: the sandbox did not start."""
+
+
 _HARNESS_REFUSED = threading.Event()
 """Set when a harness could not protect its result pipe (prctl refused): cases then run one process each."""
 
@@ -145,7 +149,17 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
             results.append(_run(code + suffix, stdin, replace(limits, wall_s=min(limits.wall_s, budget)), plan))
             continue
         chunk = cases[len(results) : len(results) + CASES_PER_PROCESS]
-        chunk_results, waited = _run_harness(code, chunk, limits, plan, budget)
+        try:
+            chunk_results, waited = _run_harness(code, chunk, limits, plan, budget)
+        except _HarnessDidNotStart as first:  # once more (a passing shortage under load), then the run stops
+            try:
+                chunk_results, waited = _run_harness(code, chunk, limits, plan, budget)
+            except _HarnessDidNotStart:
+                raise SandboxUnavailable(
+                    f"The code sandbox (isolation={limits.isolation}) stopped before running any program, twice "
+                    f"({first}); the programs would have been scored as failing. Check the machine's free disk, "
+                    "processes and user namespaces."
+                ) from None
         results.extend(chunk_results)
         waited = min(waited, stretch)  # as the harness stretched its own budget
         deadline, stretch = deadline + waited, stretch - waited
@@ -336,6 +350,10 @@ def _run_harness(
             logger.warning(
                 "Sandbox harness %s (exit %d) wrote: %s", interpreter.sandbox_id, returncode, harness_log[-2000:]
             )
+        if not watch.reports and watch.running_since is None and not watch.stalled and returncode != 0:
+            # no program ran: the sandbox itself did not start (bwrap out of namespaces, a full disk), which is no
+            # program's failure to score
+            raise _HarnessDidNotStart(f"exit {returncode}: {harness_log.strip()[-1000:] or 'no output'}")
         if watch.refused:
             logger.warning(
                 "Sandbox harness cannot protect its results here (%s): one process per case.", watch.refused

@@ -330,6 +330,11 @@ class RolloutConfig:
 
         with as_config_error(EnvironmentLoadError):  # builds the class once: a missing file, class or bad kwargs
             env = load_environment(self.env, self.env_kwargs)
+        if callable(getattr(env, "check_setup", None)):  # e.g. a ToolEnv's python_tool needs the code sandbox
+            from verl.rewards.sandbox import SandboxUnavailable
+
+            with as_config_error(SandboxUnavailable, f"{prefix}env={self.env!r}: "):
+                env.check_setup()
         if not isinstance(env, ChatClientEnv):  # what its __init__ started ends now
             release_env(env, f"{type(env).__name__} ({prefix}env)")
         calls, each = getattr(env, "max_calls_per_turn", None), getattr(env, "tool_timeout_s", None)
