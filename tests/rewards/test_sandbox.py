@@ -178,6 +178,28 @@ def test_a_sandbox_that_stops_starting_is_an_error_not_failing_programs(monkeypa
     assert int(count.read_text()) == 3  # the probe, the harness and its one retry
 
 
+def test_machine_wide_counters_are_masked() -> None:
+    """/proc/stat, /proc/meminfo, ... were readable: a run forking 1,234 times showed in a concurrent run's /proc/stat
+    (a channel between a wrong sample and a correct sibling). The process's own /proc entries stay."""
+    code = textwrap.dedent(
+        """
+        import os
+        for path in ("/proc/stat", "/proc/meminfo", "/proc/loadavg", "/proc/vmstat"):
+            try:
+                with open(path) as f:
+                    print(path, repr(f.read()))
+            except OSError as error:
+                print(path, type(error).__name__)
+        print(os.path.isdir("/proc/pressure") and os.listdir("/proc/pressure"), open("/proc/self/stat").read()[:1])
+        """
+    )
+    result = run_python(code)
+    assert result.status == "ok", result.stderr
+    *masked, last = result.stdout.splitlines()
+    assert all(line.split()[1] in ("''", "PermissionError") for line in masked), masked
+    assert last.split()[0] in ("[]", "False") and last.split()[1].isdigit()  # its own pid
+
+
 def test_stdin_to_stdout_with_a_minimal_environment() -> None:
     code = "import os, sys\nprint(input()[::-1])\nprint(sorted(os.environ))\nprint(sys.flags.isolated)\n"
     result = run_python(code, "hello\n")

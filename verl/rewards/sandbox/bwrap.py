@@ -34,6 +34,16 @@ INSTALL_HINT = (
 )
 
 
+MASKED_PROC_FILES = (
+    *("/proc/stat", "/proc/meminfo", "/proc/vmstat", "/proc/loadavg", "/proc/diskstats", "/proc/interrupts"),
+    *("/proc/softirqs", "/proc/locks", "/proc/zoneinfo", "/proc/buddyinfo", "/proc/schedstat", "/proc/slabinfo"),
+    *("/proc/pagetypeinfo", "/proc/timer_list", "/proc/kallsyms", "/proc/keys", "/proc/sched_debug"),
+)
+"""Machine-wide /proc files a run sees as empty (/dev/null over them)."""
+MASKED_PROC_FOLDERS = ("/proc/pressure", "/proc/irq", "/proc/bus", "/proc/acpi", "/proc/scsi")
+"""Machine-wide /proc folders a run sees empty (a read-only tmpfs)."""
+
+
 def executable() -> str | None:
     """The bwrap on PATH (or $VERL_BWRAP), or None."""
     configured = os.environ.get("VERL_BWRAP")
@@ -114,6 +124,14 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccom
     # machine-wide limit (kernel/pty/max) no cgroup charges.
     argv += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dev", "/dev"]
     argv += ["--ro-bind", "/dev/null", "/dev/pts/ptmx"]
+    # so are the other machine-wide counters (runc's masked paths): a run that forks 1,234 times showed in a
+    # concurrent run's /proc/stat, a number a wrong sample could read from a correct sibling
+    for path in MASKED_PROC_FILES:
+        if os.path.exists(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    for path in MASKED_PROC_FOLDERS:
+        if os.path.isdir(path):
+            argv += ["--tmpfs", path, "--remount-ro", path]
     for path in (*bootstrap.TMPFS, WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)
