@@ -811,7 +811,9 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace, capsys
     capsys.readouterr()
     assert _model_merger().main(["--local_dir", str(copied / "actor"), "--target_dir", str(root / "unused"),
                                  "--base_model", str(lacking)]) == 2  # fmt: skip
-    assert "lacks weights this checkpoint's model has (model.layers.0.self_attn.q_proj.bias)" in capsys.readouterr().err
+    assert (
+        "lacks weights this checkpoint's model has (model.layers.0.self_attn.q_proj.bias)" in capsys.readouterr().err
+    )
     merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
     with_adapter = PeftModel.from_pretrained(base, str(actor_dir / "lora_adapter"))  # peft reads our adapter layout
