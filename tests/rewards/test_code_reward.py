@@ -378,6 +378,57 @@ def test_call_based_form(code: ModuleType) -> None:
     assert [failures(score) for score in scores] == [{"num_wrong_answer": 2.0}] * 2
 
 
+ITERATORS = (
+    "def f(x):\n    return x * x\n"
+    "def squares(n):\n    for i in range(n):\n        yield i * i\n"
+    "def endless():\n    while True:\n        yield 1\n"
+    "def broken():\n    yield 1\n    raise ValueError('no')\n"
+)
+OVER_ITERATORS = {  # correct programs scored 0 on the first three: the generator or map object was no plain value
+    "f": [
+        "assert sum(f(i) == i * i for i in range(5)) == 5",
+        "assert sorted(f(i) for i in (3, 1, 2)) == [1, 4, 9]",
+        "assert list(map(f, [1, 2])) == [1, 4]",
+        "assert [f(i) for i in range(3)] == [0, 1, 4]",
+        "assert {k: f(k) for k in range(3)} == {0: 0, 1: 1, 2: 4}",
+        "assert {f(i) for i in (-1, 1)} == {1}",
+        "assert all(f(x) == y for x, y in enumerate([0, 1, 4]))",
+        "assert any(f(i) == 9 for i in range(5) if i % 2)",
+        "assert all(f(i) == i * i for i in range(1000))",
+        "assert all(f(a) + f(b) == c for a in range(3) for b in range(a) for c in [a * a + b * b])",
+    ],
+    "squares": [
+        "assert list(squares(3)) == [0, 1, 4]",
+        "assert sum(squares(4)) == 14 and max(squares(4)) == 9",
+        "assert set(squares(3)) == {0, 1, 4}",
+        "assert sorted(x for x in squares(3)) == [0, 1, 4]",
+        "assert tuple(zip(squares(2), 'ab')) == ((0, 'a'), (1, 'b'))",
+        "assert squares(3) != [0, 1, 4]",  # a generator is not the list it makes, as in Python
+        "assert 4 in squares(3)",
+    ],
+}
+
+
+def test_builtins_over_generators_and_comprehensions_pass_a_correct_program(code: ModuleType) -> None:
+    """A trainer-side builtin over a generator, a map object or a generator function's result, and comprehensions
+    over constants unrolled item by item, pass a correct program and fail a wrong one; an endless generator is too
+    large to print, and one that raises is a runtime error."""
+    truths = [{"fn_name": name, "asserts": asserts} for name, asserts in OVER_ITERATORS.items()]
+    wrong = "def f(x):\n    return x + x\ndef squares(n):\n    yield from range(n)\n"
+    samples = [sample(program(source), truth) for source in (ITERATORS, wrong) for truth in truths]
+    samples += [
+        sample(program(ITERATORS), {"fn_name": name, "asserts": [f"assert list({name}()) == [1]"]})
+        for name in ("endless", "broken")
+    ]
+    *scores, endless, broken = code.compute_score(samples)
+    assert [score["overall"] for score in scores[:2]] == [1.0, 1.0], scores
+    assert [failures(score) for score in scores[2:]] == [
+        {"num_wrong_answer": 10.0},
+        {"num_wrong_answer": 5.0},  # `!=` and `in` hold
+    ]
+    assert failures(endless) == {"num_output_limit": 1.0} and failures(broken) == {"num_runtime_error": 1.0}
+
+
 def test_prepared_or1_call_based_rows_score_as_the_original_tests() -> None:
     """prepare_or1_data keeps call-based tests as they are: a JSON true stays True (as an assert it was a NameError)."""
     prepare = load_repo_file("examples/recipes/prepare_or1_data.py", "prepare_or1_data")

@@ -847,3 +847,136 @@ def test_the_trainer_s_cost_per_sample_is_bounded_by_bytes_not_system_calls() ->
     finally:
         tracemalloc.stop()
     assert peak < 2.5 * 2**20, peak
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round four (a helper's audit, F1): asserts whose comparison or expected side still ran in the program's process.
+
+ALWAYS_EQUAL = textwrap.dedent(
+    """
+    class Equal:
+        def __eq__(self, other):
+            return True
+        def __ne__(self, other):
+            return False
+        __hash__ = object.__hash__
+    def f(*args):
+        return Equal()
+    """
+)
+READS_THE_JUDGE_S_FRAME = textwrap.dedent(
+    """
+    import sys
+    inside = []
+    def f(*args):  # the judge's expected side, evaluated from its frame, or the loop's `y`
+        frame = sys._getframe(1)
+        while frame is not None and not inside:
+            found = frame.f_locals
+            if "expressions" in found and len(found["expressions"]) > 1:
+                inside.append(True)  # once: the expected side may be a call of f too
+                try:
+                    return found["expressions"][1]()
+                finally:
+                    inside.pop()
+            for name in ("y", "b", "expected", "out"):
+                if name in found:
+                    return found[name]
+            frame = frame.f_back
+    """
+)
+WRONG = "def f(*args):\n    return -12345\n"
+HONEST_F = textwrap.dedent(
+    """
+    def f(x):
+        if isinstance(x, str):
+            return x.upper()
+        if isinstance(x, list):
+            return [item * item for item in x]
+        return x * x
+    """
+)
+DECIDED_IN_THE_PROGRAM = [  # what scored 1.0 for a wrong program (the audit's table), and the judge's line it forged
+    ("assert all(f(i) == i * i for i in range(100))", "[true]"),
+    ("assert all(f(x) == y for x, y in [(1, 1), (2, 4), (3, 9)])", None),
+    ("assert all(f(x) == y for x, y in zip([1, 2, 3], [1, 4, 9]))", None),
+    ("assert all(f(i) == i * i for i in range(5) if i)", None),
+    ("assert sum(f(i) == i * i for i in range(5)) == 5", '[["list",true,true,true,true,true]]'),
+    ("assert f([0, 1, 2]) == [i * i for i in range(3)]", '[["int","0"],["int","0"]]'),
+    ("assert f('ab') == 'ab'.upper()", None),
+]
+
+
+def _forger(line: str) -> str:
+    """Writes a judge's line of its own, then points descriptor 1 at /dev/null: the judge's line goes nowhere."""
+    return (
+        f"import os\ndef f(*args):\n    return 0\nos.write(1, b'\\n@verl-values {line}\\n')\n"
+        "os.dup2(os.open('/dev/null', os.O_WRONLY), 1)\n"
+    )
+
+
+def test_comprehensions_and_expected_sides_over_constants_are_judged_in_the_trainer(code_reward: ModuleType) -> None:
+    """The audit's table: all()/any() past 64 items, with a tuple target, over zip(), with an `if`, a count of
+    comparisons, a comprehension or a str method as the expected side. An always-equal object, a program that reads
+    the judge's frame, one that forges the judge's line and a wrong answer all score 0 (the first three scored 1.0
+    where the comparison or the expected side ran in the sandbox); an honest program scores 1."""
+    samples, names = [], []
+    for assertion, forged in DECIDED_IN_THE_PROGRAM:
+        truth = {"fn_name": "f", "asserts": [assertion]}
+        check = judge.parse_assert(assertion, "f")
+        assert all(expression.startswith("f(") for expression in check.expressions), check.expressions
+        assert not check.decided_in_sandbox, assertion
+        programs = {"always_equal": ALWAYS_EQUAL, "frame": READS_THE_JUDGE_S_FRAME, "wrong": WRONG, "honest": HONEST_F}
+        if forged is not None:
+            programs["forged"] = _forger(forged)
+        for name, program in programs.items():
+            samples.append(_sample(program, truth))
+            names.append((assertion, name))
+    scores = code_reward.compute_score(samples, max_workers=2)
+    got = {name: score["overall"] for name, score in zip(names, scores)}
+    assert got == {name: 1.0 if name[1] == "honest" else 0.0 for name in names}, got
+
+
+def test_an_assert_still_decided_in_the_program_s_process_is_logged_and_marked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Forms the trainer cannot take apart (an expected side naming the program, a comparison over data it cannot
+    evaluate, a truth value computed in the sandbox, all() past 1024 items) still load, as datasets must, but each
+    logs one warning per assert text saying how to write it, and its check is marked; the sound forms are not."""
+    unsafe = [
+        "assert f(3) == g(4)",
+        "assert all(f(x) == y for x, y in data)",
+        "assert isinstance(f(3), list)",
+        "assert all(f(i) == i for i in range(2000))",
+        "assert f(3) == 'ab'.encode('utf-16')",
+        "assert sum(f(i) > 0 for i in data) == 2",
+    ]
+    safe = [
+        "assert f(3) == 9",
+        "assert f(7)",
+        "assert not f(4) and f(5) is None",
+        "assert set(f((4, 5, 4))) == set((4, 5))",
+        "assert math.isclose(f(1), 0.5)",
+        "assert all(f(i) == i * i for i in range(1000))",
+        "assert any(f(x) == y for x, y in enumerate('abc') if x % 2)",
+        "assert sorted(f(i) for i in (3, 1, 2)) == [1, 4, 9]",
+        "assert list(map(f, [1, 2])) == [1, 4]",
+        "assert f([3, 1], key=lambda x: x > 2) == [3]",
+        "assert {k: f(k) for k in range(3)} == {0: 0, 1: 1, 2: 4}",
+    ]
+    marker = f"  # {time.monotonic_ns()}"  # texts of this run only: each is logged once per process
+    judge.parse_assert.cache_clear()
+    with caplog.at_level("WARNING", logger=judge.__name__):
+        truth = {"fn_name": "f", "asserts": [text + marker for text in unsafe + safe] * 2}
+        cases = judge.parse_test_cases(truth, "sample 0")
+        judge.parse_assert.cache_clear()
+        judge.parse_test_cases(truth, "sample 0")  # parsed anew: still logged once
+    marked = [case.check.source for case in cases if case.check.decided_in_sandbox]
+    assert marked == [text + marker for text in unsafe] * 2
+    logged = [record.getMessage() for record in caplog.records if record.name == judge.__name__]
+    assert len(logged) == len(unsafe), logged
+    for text, message in zip(unsafe, logged):
+        assert repr(text + marker) in message and "decided in the program's process" in message, message
+        assert "assert f(3) == 9" in message  # how to write it instead
+    assert "g(4)` does not call f()" in logged[0]
+    assert "compares in the program's process" in logged[1]
+    assert "the truth of `isinstance(f(3), list)`" in logged[2]

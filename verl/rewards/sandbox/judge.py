@@ -5,15 +5,18 @@ runs after it, and the comparison in the trainer (examples/reward_function/code.
 
 The check is outside the program, which could fool one in its own process (an always-True __eq__, reading the
 expected value from the caller's frame, exiting first): the sandbox only prints each tested expression's value,
-serialised strictly through the builtin types' own methods (anything else fails the case), and the trainer compares;
-only an expected side naming the program's objects (`f(x) == g(y)`) is evaluated in the sandbox.
+serialised strictly through the builtin types' own methods (anything else fails the case), and the trainer compares.
+Comprehensions over constants are unrolled item by item, so their comparisons are the trainer's too; an assert whose
+verdict still depends on the program's process (`f(x) == g(y)`, `isinstance(f(x), list)`) is logged once and marked
+(`Check.decided_in_sandbox`).
 """
 
 import ast
 import bisect
 import builtins
-import copy
+import functools
 import json
+import logging
 import math
 import operator
 import re
@@ -27,6 +30,8 @@ from typing import Any
 from verl.rewards.sandbox import constants
 from verl.rewards.sandbox.limits import SandboxResult
 
+
+logger = logging.getLogger(__name__)
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3"})
 FAILURE_KEYS = (
@@ -58,7 +63,9 @@ _FAILURES = {
 # The value forms' case suffix: runs after the program, in its namespace, and prints VALUE_MARKER then a JSON list
 # of one tagged value per expression. It reaches types through literals (not rebindable names), encodes iteratively
 # with a node budget, writes with os.write and leaves with os._exit(0), so nothing of the program runs after the
-# line. This is best effort against a tampered interpreter; the judge is sound because no expected literal is here.
+# line. An iterator (a generator, a map object) is drawn into a list within the budget, running the program's code
+# as list() would. This is best effort against a tampered interpreter; the judge is sound because no expected
+# literal is here.
 _JUDGE = """
 
 def _verl_judge_factory(budget):
@@ -72,6 +79,7 @@ def _verl_judge_factory(budget):
     text, data, array, pair, table, group = "".__class__, b"".__class__, [].__class__, ().__class__, {}.__class__, {0}.__class__
     frozen = kind(frozenset())
     mro_of, module_of = kind.__dict__["__mro__"].__get__, kind.__dict__["__module__"].__get__
+    attributes_of = kind.__dict__["__dict__"].__get__
     real_part, imaginary_part = compound.__dict__["real"].__get__, compound.__dict__["imag"].__get__
     plain = (none, boolean, integer, real, compound, text, data, array, pair, table, group, frozen)
     tags = ((array, '["list"'), (pair, '["tuple"'), (group, '["set"'), (frozen, '["frozenset"'))
@@ -82,6 +90,12 @@ def _verl_judge_factory(budget):
                 if ancestor is builtin:
                     return builtin
         return None
+
+    def iterates(t):
+        for ancestor in mro_of(t):
+            if "__next__" in attributes_of(ancestor):
+                return True
+        return False
 
     def encode(value):
         out, stack, left = [], [(value, 0)], budget
@@ -99,6 +113,23 @@ def _verl_judge_factory(budget):
                 module = module_of(kind(value))
                 if kind(module) is text and text.__eq__(module, "numpy"):  # a NumPy scalar: its Python value
                     stack.append((value.item(), depth + 1))
+                    continue
+                if iterates(kind(value)):  # an iterator: the items list() would draw from it, within the budget
+                    items, count = array(), 0
+                    try:
+                        for item in value:
+                            count += 1
+                            if count > left:
+                                return '["toolarge"]'
+                            array.append(items, item)
+                    except:
+                        return '["error"]'
+                    out.append('["iter"')
+                    stack.append("]")
+                    items.reverse()
+                    for item in items:
+                        stack.append((item, depth + 1))
+                        stack.append(",")
                     continue
             if t is none:
                 out.append("null")
@@ -254,8 +285,8 @@ class _Failed(Exception):
 
 
 Node = Any
-"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference, Builtin); a plain alias, as
-dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
+"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference, Builtin, Items); a plain alias,
+as dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +351,32 @@ class Builtin:
     args: tuple[Node, ...]
 
 
+@dataclass(frozen=True)
+class Items:
+    """A list made in the trainer of its items' values: a comprehension over constants, unrolled (`[f(i) == i for i
+    in range(3)]` is three comparisons here, none in the program's process)."""
+
+    items: tuple[Node, ...]
+
+
+class Iterated:
+    """What the sandbox drew from an iterator the program made (a generator, a `map` object): list(), sorted(), sum(),
+    set() ... in the trainer take its items, while, as the iterator, it equals only itself and has no len()."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = tuple(items)
+
+    def __iter__(self) -> Any:
+        return iter(self.items)
+
+    def __repr__(self) -> str:
+        return f"Iterated({list(self.items)!r:.200})"
+
+
 _NUMBERS = (int, float, bool, complex)
+_INNER_NODES = (Compare, BoolOp, Not, IsClose, AbsDifference, Builtin, Items)
 
 
 def _hashed(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -342,6 +398,8 @@ TRAINER_BUILTINS: dict[str, Callable[..., Any]] = {
     "frozenset": _hashed(frozenset),
     "dict": _dict,
     **{name: getattr(builtins, name) for name in "list tuple sorted len sum min max abs int float str bool".split()},
+    "all": all,
+    "any": any,
 }
 """Builtins a test calls without keywords (`set(f(x))`), applied in the trainer, never looked up in the program."""
 
@@ -414,6 +472,8 @@ def evaluate(node: Node, values: Sequence[Any]) -> Any:
             return abs(_number(evaluate(node.a, values)) - _number(evaluate(node.b, values)))
         if isinstance(node, Builtin):
             return TRAINER_BUILTINS[node.name](*(evaluate(argument, values) for argument in node.args))
+        if isinstance(node, Items):
+            return [evaluate(item, values) for item in node.items]
     except _Failed:
         raise
     except Exception:  # values that do not compare (None < 1, a negative tolerance, an int too large for a float)
@@ -431,6 +491,10 @@ class Check:
     """The assert, or the call and expected output, it came from (for messages)."""
     fn_name: str = ""
     """The function under test: the program's, even where a builtin has its name."""
+    decided_in_sandbox: bool = False
+    """Its verdict still depends on what runs in the program's process (an expected side computed there, a comparison
+    or a truth value made there: `_sandbox_verdict`), so a program can pass it without the right answer. Counted and
+    logged, not refused."""
 
 
 @dataclass(frozen=True)
@@ -452,14 +516,14 @@ _NOT_LITERAL = object()
 _SINGLETONS = (None, True, False)
 
 
-def _literal(node: ast.expr) -> Any:
-    """The value of a literal or constant expression (constants.py), else _NOT_LITERAL."""
+def _literal(node: ast.expr, env: Mapping[str, Any] | None = None) -> Any:
+    """The value of a literal or constant expression (constants.py, names looked up in `env`), else _NOT_LITERAL."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
     try:
-        return constants.evaluate(node)
+        return constants.evaluate(node, env)
     except constants.NotConstant:
         return _NOT_LITERAL
 
@@ -485,48 +549,239 @@ def _calls(node: ast.expr, name: str, module: str | None = None) -> bool:
     )
 
 
-MAX_UNROLLED = 64
-"""The most items of an `all(...)`/`any(...)` the trainer unrolls."""
-_SCOPES = (ast.Lambda, ast.NamedExpr, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+MAX_UNROLLED = 1024
+"""The most items of a comprehension over constants the trainer unrolls (in `all(...)`/`any(...)`, as a trainer-side
+builtin's argument, a list, set or dict comprehension): each item is one small expression under test."""
+MAX_UNROLLED_WEIGHT = 1 << 20
+"""The most a comprehension's loop values may weigh (constants.weight), summed over the items they are copied into."""
+MAX_UNROLLED_OUTPUT = 1 << 18
+"""The most bytes an unrolled check's values may print, judged by its expected values: a quarter of the default
+`output_kb`, as each item is a value of its own on the judge's line."""
+ITERATING_BUILTINS = frozenset("list tuple set frozenset dict sorted sum min max".split())
+"""Trainer-side builtins that iterate their first argument: a generator there is sent as a list comprehension."""
+MAX_WARNINGS = 100
+"""The most asserts decided in the program's process that are logged (each once); later ones are only marked."""
+_warned: set[str] = set()
 
 
-class _Substitute(ast.NodeTransformer):
-    def __init__(self, name: str, value: ast.expr) -> None:
-        self.name, self.value = name, value
+def _substituted(node: Any, values: Mapping[str, ast.expr]) -> Any:
+    """`node` with each name in `values` replaced by its value's expression; what does not change is shared, not
+    copied (no tree is changed in place once parsed)."""
+    if isinstance(node, ast.Name):
+        return values.get(node.id, node)
+    if not isinstance(node, ast.AST):
+        return node
+    fields, changed = {}, False
+    for field, value in ast.iter_fields(node):
+        if isinstance(value, list):
+            new: Any = [_substituted(item, values) for item in value]
+            changed = changed or any(old is not item for old, item in zip(value, new))
+        else:
+            new = _substituted(value, values)
+            changed = changed or new is not value
+        fields[field] = new
+    return type(node)(**fields) if changed else node
 
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        return copy.deepcopy(self.value) if node.id == self.name else node
+
+@dataclass
+class _Translation:
+    """An assert being translated: the function under test, and what must run in the sandbox so far."""
+
+    fn_name: str
+    expressions: list[str]
+    trees: list[ast.expr]
+
+    @property
+    def env(self) -> dict[str, Any]:
+        """Constants see the function under test as no constant, even where it has a builtin's name."""
+        return {self.fn_name: constants.UNKNOWN} if self.fn_name else {}
+
+    def value(self, node: ast.expr) -> Value:
+        self.expressions.append(ast.unparse(node))
+        self.trees.append(node)
+        return Value(len(self.expressions) - 1)
+
+    def fits(self, check: Node, mark: int) -> bool:
+        """Whether the values an unrolled check's expressions (those from `mark` on) print when right (as large as
+        its expected values) stay within MAX_UNROLLED_OUTPUT; if not, they are taken back, and the whole runs in
+        the sandbox as Python would run it, where its output is one value."""
+        left = MAX_UNROLLED_OUTPUT - 16 * (len(self.expressions) - mark)
+        stack = [check]
+        while stack and left >= 0:
+            node = stack.pop()
+            if isinstance(node, Literal):
+                left -= _printed_size(node.value, left)
+            elif isinstance(node, _INNER_NODES):
+                for part in vars(node).values():
+                    stack.extend(
+                        item for item in (part if isinstance(part, tuple) else (part,)) if hasattr(item, "__dict__")
+                    )
+        if left >= 0:
+            return True
+        del self.expressions[mark:], self.trees[mark:]
+        return False
 
 
-def _unrolled(node: ast.expr) -> tuple[bool, list[ast.expr]] | None:
-    """`all(e for x in C)` or `any(...)` (a generator or list comprehension, one `for` over a constant C of at most
-    MAX_UNROLLED plain items, no `if`) as (conjunction, e with each item in place of x): its comparisons are then
-    the trainer's, where the program's `all` or an object whose `==` is always true cannot decide them."""
+def _printed_size(value: Any, cap: int) -> int:
+    """About how many bytes the judge prints for a value like `value`, counted up to just past `cap`."""
+    total, stack = 0, [value]
+    while stack and total <= cap:
+        value = stack.pop()
+        kind = type(value)
+        if kind in (str, bytes):
+            total += 12 + 2 * len(value)
+        elif kind is int:
+            total += 12 + value.bit_length() // 4
+        elif kind is dict:
+            total += 10
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif kind in (list, tuple, set, frozenset):
+            total += 10
+            stack.extend(value)
+        else:
+            total += 24
+    return total
+
+
+def _value_expression(value: Any) -> ast.expr | None:
+    """`value` (a constant) as an expression to put in place of a loop variable; None where it has no source."""
+    kind = type(value)
+    if value is None or kind in (bool, str, bytes) or (kind is int and 0 <= value and value.bit_length() < 8192):
+        return ast.Constant(value)
+    if kind is float and math.isfinite(value) and math.copysign(1.0, value) > 0:
+        return ast.Constant(value)
+    source = _value_source(value)  # a negative number as a unary minus, which unparse puts in brackets as needed
+    return None if source is None else ast.parse(source, mode="eval").body
+
+
+def _value_source(value: Any) -> str | None:
+    """Python source that makes `value` (a constant: builtin types only) where no name is rebound, else None."""
+    kind = type(value)
+    if value is None or kind in (bool, str, bytes):
+        return repr(value)
+    if kind is int:
+        return repr(value) if value.bit_length() < 8192 else hex(value)  # repr stops at 4300 digits
+    if kind is float:
+        return _python_source(value)
+    if kind is complex:
+        return f"complex({_python_source(value.real)}, {_python_source(value.imag)})"
+    if kind is range:
+        return f"range({value.start}, {value.stop}, {value.step})"
+    if kind is dict:
+        pairs = [(_value_source(key), _value_source(item)) for key, item in value.items()]
+        if any(part is None for pair in pairs for part in pair):
+            return None
+        return "{" + ", ".join(f"{key}: {item}" for key, item in pairs) + "}"
+    if kind in (list, tuple, set, frozenset):
+        items = [_value_source(item) for item in value]
+        if None in items:
+            return None
+        inner = ", ".join(items)
+        if kind is list:
+            return f"[{inner}]"
+        if kind is tuple:
+            return f"({inner},)" if len(items) == 1 else f"({inner})"
+        return ("{" + inner + "}" if items else "set()") if kind is set else f"frozenset({{{inner}}})"
+    return None
+
+
+def _scope_names(node: ast.expr) -> set[str] | None:
+    """The names nested scopes in `node` bind (lambda parameters, comprehension targets); None where it assigns with
+    `:=`, which unrolling would change."""
+    names: set[str] = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.NamedExpr):
+            return None
+        if isinstance(inner, ast.Lambda):
+            parameters = inner.args
+            every = [*parameters.posonlyargs, *parameters.args, *parameters.kwonlyargs]
+            every += [parameter for parameter in (parameters.vararg, parameters.kwarg) if parameter is not None]
+            names.update(parameter.arg for parameter in every)
+        elif isinstance(inner, ast.comprehension):
+            names.update(target.id for target in ast.walk(inner.target) if isinstance(target, ast.Name))
+    return names
+
+
+def _expanded(node: ast.expr, translation: _Translation) -> list[list[ast.expr]] | None:
+    """The items of a comprehension whose loops and filters are constants (several `for`s, tuple targets, `zip`,
+    `enumerate`, `if`s decided here), each its element expressions (a dict comprehension's key and value) with the
+    loop variables' values in place of their names; None for anything else, or past MAX_UNROLLED items."""
+    if not isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        return None
+    elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+    targets = {name.id for loop in node.generators for name in ast.walk(loop.target) if isinstance(name, ast.Name)}
+    for element in elements:
+        inner = _scope_names(element)
+        if inner is None or inner & targets:
+            return None
+    try:
+        bound = constants.bindings(node.generators, MAX_UNROLLED, translation.env)
+    except (constants.NotConstant, constants.TooLarge):  # more items or work than unrolling takes: the sandbox's
+        return None
+    items, size = [], 0
+    for env in bound:
+        values = {}
+        for name in targets:
+            expression = _value_expression(env[name])
+            if expression is None:
+                return None
+            size += constants.weight(env[name], MAX_UNROLLED_WEIGHT)
+            if size > MAX_UNROLLED_WEIGHT:
+                return None
+            values[name] = expression
+        items.append([_substituted(element, values) for element in elements])
+    return items
+
+
+def _unrolled(node: ast.expr, translation: _Translation) -> tuple[bool, list[ast.expr]] | None:
+    """`all(...)` or `any(...)` of a comprehension over constants (`_expanded`) or of a list or tuple display, as
+    (conjunction, its items' expressions): its comparisons are then the trainer's, where the program's `all` or an
+    object whose `==` is always true cannot decide them."""
     if not (_calls(node, "all") or _calls(node, "any")) or len(node.args) != 1 or node.keywords:
         return None
+    conjunction = _calls(node, "all")
+    if translation.fn_name == ("all" if conjunction else "any"):
+        return None
     [argument] = node.args
-    if not isinstance(argument, (ast.GeneratorExp, ast.ListComp)) or len(argument.generators) != 1:
+    if isinstance(argument, (ast.List, ast.Tuple)):
+        if any(isinstance(item, ast.Starred) for item in argument.elts):
+            return None
+        return conjunction, list(argument.elts)
+    if isinstance(argument, ast.DictComp):
         return None
-    [loop] = argument.generators
-    if loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name):
-        return None
-    if any(isinstance(inner, _SCOPES) for inner in ast.walk(argument.elt)):
-        return None
-    items = _literal(loop.iter)
-    if type(items) not in (list, tuple, range, str) or len(items) > MAX_UNROLLED:
-        return None
-    if not all(type(item) in (int, float, str, bool, type(None)) for item in items):
-        return None
-    sources = [ast.parse(_python_source(item), mode="eval").body for item in items]
-    parts = [_Substitute(loop.target.id, source).visit(copy.deepcopy(argument.elt)) for source in sources]
-    return _calls(node, "all"), parts
+    items = _expanded(argument, translation)
+    return None if items is None else (conjunction, [element for [element] in items])
 
 
-def _translate(node: ast.expr, expressions: list[str]) -> Node:
-    """The trainer-side test of an assert's expression; what must run in the sandbox is appended to `expressions`."""
-    value = _literal(node)
+def _comprehension(node: ast.expr, translation: _Translation) -> Node | None:
+    """A list, set or dict comprehension over constants as the trainer-side container of its items' checks."""
+    if not isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp)):
+        return None
+    items = _expanded(node, translation)
+    if items is None:
+        return None
+    if isinstance(node, ast.DictComp):
+        pairs = Items(tuple(Items(tuple(_translate(part, translation) for part in item)) for item in items))
+        return Builtin("dict", (pairs,))
+    listed = Items(tuple(_translate(element, translation) for [element] in items))
+    return Builtin("set", (listed,)) if isinstance(node, ast.SetComp) else listed
+
+
+def _argument(name: str, index: int, node: ast.expr, translation: _Translation) -> Node:
+    """A trainer-side builtin's argument; a generator it iterates is translated as the list comprehension it would
+    give (unrolled over constants, else one expression under test whose value is a list, not a generator)."""
+    if index == 0 and name in ITERATING_BUILTINS and isinstance(node, ast.GeneratorExp):
+        node = ast.ListComp(elt=node.elt, generators=node.generators)
+    return _translate(node, translation)
+
+
+def _translate(node: ast.expr, translation: _Translation) -> Node:
+    """The trainer-side test of an assert's expression; what must run in the sandbox is added to `translation`."""
+    value = _literal(node, translation.env)
     if value is not _NOT_LITERAL:
         return Literal(value)
+    fn_name = translation.fn_name
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
         identities_of_singletons = all(
@@ -536,61 +791,157 @@ def _translate(node: ast.expr, expressions: list[str]) -> Node:
         )
         if identities_of_singletons:  # `x is y` of two computed values means nothing once they are serialised
             return Compare(
-                tuple(_translate(operand, expressions) for operand in operands),
+                tuple(_translate(operand, translation) for operand in operands),
                 tuple(_OPERATORS[type(op)][0] for op in node.ops),
             )
     elif isinstance(node, ast.BoolOp):
-        return BoolOp(isinstance(node.op, ast.And), tuple(_translate(value, expressions) for value in node.values))
+        return BoolOp(isinstance(node.op, ast.And), tuple(_translate(value, translation) for value in node.values))
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return Not(_translate(node.operand, expressions))
+        return Not(_translate(node.operand, translation))
     elif _calls(node, "isclose", module="math") and len(node.args) == 2:
         tolerances = {named.arg: named.value for named in node.keywords}
         if set(tolerances) <= {"rel_tol", "abs_tol"}:
-            a, b = (_translate(arg, expressions) for arg in node.args)
+            a, b = (_translate(arg, translation) for arg in node.args)
             named = {
-                name: _translate(tolerances[name], expressions)
+                name: _translate(tolerances[name], translation)
                 for name in ("rel_tol", "abs_tol")
                 if name in tolerances
             }
             return IsClose(a, b, **named)
-    elif _calls(node, "abs") and len(node.args) == 1 and not node.keywords:
+    elif _calls(node, "abs") and fn_name != "abs" and len(node.args) == 1 and not node.keywords:
         [argument] = node.args
         if isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Sub):
-            return AbsDifference(_translate(argument.left, expressions), _translate(argument.right, expressions))
-    unrolled = _unrolled(node)
+            return AbsDifference(_translate(argument.left, translation), _translate(argument.right, translation))
+    mark = len(translation.expressions)
+    unrolled = _unrolled(node, translation)
     if unrolled is not None:
         conjunction, parts = unrolled
         if not parts:
             return Literal(conjunction)
-        return Builtin("bool", (BoolOp(conjunction, tuple(_translate(part, expressions) for part in parts)),))
+        check = Builtin("bool", (BoolOp(conjunction, tuple(_translate(part, translation) for part in parts)),))
+        if translation.fits(check, mark):
+            return check
+    comprehension = _comprehension(node, translation)
+    if comprehension is not None and translation.fits(comprehension, mark):
+        return comprehension
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in TRAINER_BUILTINS
+        and node.func.id != fn_name
         and not node.keywords
         and not any(isinstance(argument, ast.Starred) for argument in node.args)
-    ):
-        return Builtin(node.func.id, tuple(_translate(argument, expressions) for argument in node.args))
-    expressions.append(ast.unparse(node))
-    return Value(len(expressions) - 1)
+        and not (node.func.id in ("all", "any") and any(isinstance(arg, ast.GeneratorExp) for arg in node.args))
+    ):  # all()/any() of a generator not unrolled stop where Python's do: they run whole in the sandbox
+        name = node.func.id
+        return Builtin(name, tuple(_argument(name, index, arg, translation) for index, arg in enumerate(node.args)))
+    return translation.value(node)
 
 
+def _decides(tree: ast.expr, fn_name: str) -> bool:
+    """Whether an expression under test makes a verdict of its own: a comparison, or a call of all() or any(),
+    outside a lambda it passes as an argument (a sort key is the function's input, not a verdict)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Compare):
+            return True
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in ("all", "any") and node.func.id != fn_name:
+                return True
+            stack.append(node.func)
+            stack.extend(part for part in node.args if not isinstance(part, ast.Lambda))
+            stack.extend(named.value for named in node.keywords if not isinstance(named.value, ast.Lambda))
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _sandbox_verdict(node: Node, translation: _Translation, truth: bool = True) -> str:
+    """Why the check's verdict depends on what runs in the program's process ('' where it does not): an expression
+    under test that compares (or calls all/any) itself, one that does not call the function under test (expected
+    data computed there), or one whose truth is the verdict and that is more than a call of that function."""
+    if isinstance(node, Value):
+        tree, source = translation.trees[node.index], translation.expressions[node.index]
+        fn_name = translation.fn_name
+        if _decides(tree, fn_name):
+            return f"`{source:.200}` compares in the program's process"
+        if fn_name and not any(isinstance(name, ast.Name) and name.id == fn_name for name in ast.walk(tree)):
+            return f"`{source:.200}` does not call {fn_name}(): it is data computed in the program's process"
+        called = (
+            isinstance(tree, ast.Call)
+            and isinstance(tree.func, ast.Name)
+            and tree.func.id == (fn_name or tree.func.id)
+        )
+        if truth and not called:
+            return f"the truth of `{source:.200}` is computed in the program's process"
+        return ""
+    if isinstance(node, BoolOp):
+        parts, truth_of_parts = node.operands, truth
+    elif isinstance(node, Not):
+        parts, truth_of_parts = (node.operand,), True
+    elif isinstance(node, Builtin):
+        parts, truth_of_parts = node.args, node.name in ("bool", "all", "any") and truth
+    elif isinstance(node, Compare):
+        parts, truth_of_parts = node.operands, False
+    elif isinstance(node, Items):
+        parts, truth_of_parts = node.items, False
+    elif isinstance(node, (IsClose, AbsDifference)):
+        parts, truth_of_parts = tuple(vars(node).values()), False
+    else:
+        return ""
+    for part in parts:
+        reason = _sandbox_verdict(part, translation, truth_of_parts)
+        if reason:
+            return reason
+    return ""
+
+
+def _warn(assertion: str, reason: str) -> None:
+    """Logs an assert decided in the program's process, once per assert text, at most MAX_WARNINGS of them."""
+    if assertion in _warned or len(_warned) > MAX_WARNINGS:
+        return
+    _warned.add(assertion)
+    if len(_warned) > MAX_WARNINGS:
+        logger.warning(
+            "More asserts are decided in the program's process; they are not logged (Check.decided_in_sandbox)."
+        )
+        return
+    logger.warning(
+        "The assert %r is decided in the program's process (%s): a wrong program can pass it (an object whose == "
+        "is always true, reading the judge's frame, forging its line). Compare the function's result with a "
+        "constant the trainer evaluates (`assert f(3) == 9`, `assert f(3) == [i * i for i in range(3)]`), or use "
+        "all()/any() over loops of constants (at most %d items, whose expected values print within %d KiB); "
+        "docs/rewards.md, 'How a case is judged'.",
+        f"{assertion:.300}",
+        reason,
+        MAX_UNROLLED,
+        MAX_UNROLLED_OUTPUT // 1024,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
 def parse_assert(assertion: str, fn_name: str = "") -> Check:
     """The check of one assert string (one or more assert statements) testing `fn_name`; ValueError when it is
-    anything else."""
+    anything else. One whose verdict still depends on the program's process is logged and marked, not refused.
+    Cached: a group's samples share their asserts, and unrolling 1024 items takes tens of milliseconds (checks are
+    never changed once made)."""
     try:
         statements = ast.parse(assertion, mode="exec").body
     except SyntaxError as error:
         raise ValueError(f"is not valid Python ({error.msg})") from None
     if not statements or not all(isinstance(statement, ast.Assert) for statement in statements):
         raise ValueError("is not an assert statement (or several)")
-    expressions: list[str] = []
+    translation = _Translation(fn_name, [], [])
     try:
-        tests = [_translate(statement.test, expressions) for statement in statements]
+        tests = [_translate(statement.test, translation) for statement in statements]
     except constants.TooLarge as error:
         raise ValueError(f"computes a constant too large to evaluate in the trainer ({error})") from None
     test = tests[0] if len(tests) == 1 else BoolOp(True, tuple(tests))
-    return Check(tuple(expressions), test, assertion, fn_name)
+    reason = _sandbox_verdict(test, translation)
+    if reason:
+        _warn(assertion, reason)
+    return Check(tuple(translation.expressions), test, assertion, fn_name, decided_in_sandbox=bool(reason))
 
 
 def _python_source(value: Any) -> str:
@@ -712,6 +1063,8 @@ def _decode(item: Any, depth: int = 0) -> Any:
         return raw.decode("utf-8", "surrogatepass") if tag == "str" else raw
     if tag == "complex" and len(rest) == 2 and all(type(part) is str for part in rest):
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+    if tag == "iter":
+        return Iterated([_decode(part, depth + 1) for part in rest])
     containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
     if tag in containers:
         parts = [_decode(part, depth + 1) for part in rest]
