@@ -178,6 +178,23 @@ def test_a_sandbox_that_stops_starting_is_an_error_not_failing_programs(monkeypa
     assert int(count.read_text()) == 3  # the probe, the harness and its one retry
 
 
+def test_a_trainer_that_is_not_root_is_warned_its_programs_run_as_itself(monkeypatch, caplog) -> None:
+    """isolation=namespaces under a non-root trainer runs programs as the trainer's own user: they can read and write
+    all its files and, without a PID namespace, kill its processes through ctypes. The docs said "world-readable
+    files"; the run said nothing."""
+    from verl.rewards.sandbox import plans
+
+    report = {"network": "audit-hook", "user": "same-uid", "processes": "process-group", "filesystem": "host"}
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
+    monkeypatch.setattr(runner, "_candidate_plans", lambda mode: [plans._Plan(dedicated_uid=False)])
+    monkeypatch.setattr(runner, "_probe", lambda plan: report)
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    with caplog.at_level(logging.WARNING, logger=runner.__name__):
+        runner._isolation("namespaces")
+    assert "runs programs as the trainer's own user: they can read and write every file" in caplog.text
+    assert "and signal its processes" in caplog.text
+
+
 def test_machine_wide_counters_are_masked() -> None:
     """/proc/stat, /proc/meminfo, ... were readable: a run forking 1,234 times showed in a concurrent run's /proc/stat
     (a channel between a wrong sample and a correct sibling). The process's own /proc entries stay."""

@@ -158,6 +158,13 @@ def _isolation(mode: str = "bwrap") -> _Isolation:
                     ", ".join(hidden for hidden, _ in chosen.plan.reexpose),
                     ", ".join(path for _, paths in chosen.plan.reexpose for path in paths),
                 )
+            if not chosen.plan.dedicated_uid and not chosen.plan.bwrap and os.geteuid() != 0:
+                logger.warning(
+                    "The code sandbox (isolation=namespaces) runs programs as the trainer's own user: they can read "
+                    "and write every file it can (keys, checkpoints, the dataset)%s. Use isolation=bwrap where "
+                    "bubblewrap can run.",
+                    "" if chosen.report["processes"] == "pid-namespace" else " and signal its processes",
+                )
             if not chosen.plan.dedicated_uid and not chosen.plan.bwrap and os.geteuid() == 0:
                 logger.warning(
                     "The code sandbox runs programs as root (in a user namespace where one is allowed): no "
