@@ -122,10 +122,12 @@ def defuse_specials(text: str, specials: list[str]) -> str:
 
 
 def encode_rendered(tokenizer: Any, text: str, parts: list[str], specials: list[str] | None = None) -> list[int]:
-    """The ids of `text`, a chat template's rendering (no special tokens added), where each of `parts` (text it holds
-    from outside: a tool's output, a policy's response), in order, that spells a special token's string is encoded
-    as plain text: it cannot end its turn or forge another (a policy would learn to forge a judge's instructions).
-    The rest is encoded as a whole, as the rendering would be; a part the template rewrote goes with the rest."""
+    """The ids of `text`, a chat template's rendering (no special tokens added), where each of `parts` (an
+    environment's message text: a tool's output), in order, that spells a special token's string is encoded as plain
+    text, character for character: it cannot end its turn or forge another in the model's context. The rest is
+    encoded as a whole, as the rendering would be; a part the template trimmed is found trimmed, one it rewrote
+    otherwise goes with the rest. Text the policy writes for a judge or reward model, whose templates may rewrite an
+    assistant turn, goes through `defuse_specials` before rendering instead."""
     specials = special_strings(tokenizer) if specials is None else specials
     encode = functools.partial(tokenizer.encode, add_special_tokens=False)
     ids, cursor = [], 0
