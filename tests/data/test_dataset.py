@@ -1118,3 +1118,40 @@ def test_a_column_named_like_the_trainers_own_data_is_refused(text_tokenizer, co
     """multi_modal_inputs was not reserved: the dataset's value reached the actor as the processor's inputs."""
     with pytest.raises(ValueError, match=rf"has column\(s\) \['{column}'\], whose names the trainer uses"):
         RLHFDataset([{"prompt": "hi", "answer": "1", column: ["junk"]}], text_tokenizer)
+
+
+OPEN_ENDED_REWARD = """
+def score(reward_inputs):
+    assert all(sample["ground_truth"] is None for sample in reward_inputs), reward_inputs
+    return [{"overall": float(len(sample["response"]))} for sample in reward_inputs]
+"""
+
+
+def test_open_ended_prompts_without_an_answer_column(tmp_path, text_tokenizer):
+    """data.answer_key=null reads prompts that have no reference answer (scored by a reward model, a judge or a
+    function that needs none): every sample's ground_truth is None, and the builtin math grading refuses it by name
+    instead of grading against the text "None"."""
+    from verl.rewards.manager import FunctionRewardManager
+    from verl.rewards.math_grading import acceptable_answers
+    from verl.trainer.config import PPOConfig, fill_derived
+    from verl.utils.config import command_line_sources, merge_config
+    from verl.workers.config import RewardConfig
+
+    rows = [{"prompt": "Write a haiku."}, {"prompt": "Describe the sea."}]
+    with pytest.raises(ValueError, match="has no column 'answer' \\(data.answer_key\\)"):
+        RLHFDataset(rows, text_tokenizer)
+    dataset = RLHFDataset(rows, text_tokenizer, answer_key=None)
+    assert _answers(dataset) == [None, None]
+    batch = _rollout(dataset, ["a", "bb", "ccc", "dddd"], n=2)
+    path = tmp_path / "open_reward.py"
+    path.write_text(OPEN_ENDED_REWARD)
+    manager = FunctionRewardManager(RewardConfig(reward_function=f"{path}:score", answer_key=None), text_tokenizer)
+    try:
+        _, metrics = manager.compute_reward(batch)
+    finally:
+        manager.close()
+    assert metrics["overall"] == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="no reference answer .*data.answer_key=null"):
+        acceptable_answers(None)
+    config = fill_derived(merge_config(PPOConfig, command_line_sources(["data.answer_key=null"])))
+    assert config.data.answer_key is None and config.worker.reward.answer_key is None

@@ -456,3 +456,17 @@ def test_chat_template_kwargs_go_to_the_endpoint_with_every_request(tmp_path):
             main([*argv, "--chat-template-kwargs", "[1]"])
     finally:
         server.shutdown()
+
+
+def test_evaluate_reads_rows_without_answers(tmp_path):
+    """`--answer-key ''` reads open-ended rows (no answer column), as data.answer_key=null does for training."""
+    from verl.envs.evaluate import _parser, read_rows
+
+    data = tmp_path / "open.jsonl"
+    data.write_text('{"prompt": "Write a haiku."}\n{"prompt": "Describe the sea."}\n')
+    with pytest.raises(ValueError, match="has no 'answer' column \\(--answer-key\\)"):
+        read_rows(str(data), "prompt", None)
+    args = _parser().parse_args(["--data", str(data), "--answer-key", ""])
+    assert args.answer_key is None
+    rows = read_rows(str(data), "prompt", None, args.answer_key)
+    assert [row["ground_truth"] for row in rows] == [None, None]

@@ -151,7 +151,7 @@ class RLHFDataset(Dataset):
         processor: Any | None = None,
         *,
         prompt_key: str = "prompt",
-        answer_key: str = "answer",
+        answer_key: str | None = "answer",
         image_key: str = "images",
         video_key: str = "videos",
         tools_key: str | None = "tools",
@@ -260,13 +260,17 @@ class RLHFDataset(Dataset):
     def _check_columns(self) -> None:
         columns = self.source.columns
         for key, name in ((self.prompt_key, "data.prompt_key"), (self.answer_key, "data.answer_key")):
+            if key is None:  # data.answer_key=null: open-ended prompts, no reference answers
+                continue
             if key not in columns and not (name == "data.answer_key" and key.split(".")[0] in columns):
                 raise ValueError(
                     f"{self.source.description} has no column {key!r} ({name}); its columns are {columns}. "
                     f"Set {name} to the right column (one {name} serves data.train_files and data.val_files: their "
                     "columns must be named alike)."
                 )
-        if self.answer_key not in columns:  # a nested path (reward_model.ground_truth): its fields, in the first row
+        if (
+            self.answer_key is not None and self.answer_key not in columns
+        ):  # a nested path (reward_model.ground_truth): its fields, in the first row
             value: Any = self.source.row(0)
             parts = self.answer_key.split(".")
             for depth, part in enumerate(parts):
@@ -487,11 +491,11 @@ class RLHFDataset(Dataset):
             raise self._error(index, self.prompt_key, problem)
         if not prompt.strip():
             raise self._error(index, self.prompt_key, "the prompt is empty")
-        answer = ground_truth(row_value(row, self.answer_key))
-        if answer is None:
+        answer = None if self.answer_key is None else ground_truth(row_value(row, self.answer_key))
+        if answer is None and self.answer_key is not None:
             raise self._error(index, self.answer_key, "the answer is missing (null or NaN)")
         # Lists and dicts (several answers, structured labels) reach the reward function as they are.
-        if not isinstance(answer, (str, list, dict)):
+        if answer is not None and not isinstance(answer, (str, list, dict)):
             problem = f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}"
             raise self._error(index, self.answer_key, problem)
         images, videos = self._media(index, row)

@@ -631,7 +631,12 @@ def _parser() -> argparse.ArgumentParser:
         help="rows as the trainer reads them: a .jsonl/.parquet/.json/.csv file, folder, name@split",
     )
     add("--prompt-key", default="prompt", help="the prompt's text, or its chat messages (verl's layout)")
-    add("--answer-key", default="answer", help="passed to the environment as ground_truth (dots: a dict's field)")
+    add(
+        "--answer-key",
+        default="answer",
+        type=lambda key: key or None,
+        help="passed to the environment as ground_truth (dots: a dict's field); '' for rows without answers",
+    )
     add(
         "--format-prompt",
         help="a Jinja file rendering each prompt from `content` and the row's columns, as data.format_prompt",
@@ -838,10 +843,12 @@ def _same_file(one: str, other: str) -> bool:
         return False
 
 
-def read_rows(path: str, prompt_key: str, limit: int | None, answer_key: str = "answer") -> list[dict[str, Any]]:
+def read_rows(
+    path: str, prompt_key: str, limit: int | None, answer_key: str | None = "answer"
+) -> list[dict[str, Any]]:
     """The first `limit` rows of --data, read as the trainer reads data.val_files (a .jsonl/.json/.parquet/.csv file, a
     folder of them, or name@split); ValueError naming the file and row of one without `prompt_key` or `answer_key`
-    (the answer as training passes it on, `ground_truth`)."""
+    (the answer as training passes it on, `ground_truth`; None for every row where `answer_key` is None)."""
     from verl.data.sources import load_source
 
     try:
@@ -849,15 +856,19 @@ def read_rows(path: str, prompt_key: str, limit: int | None, answer_key: str = "
     except (OSError, TypeError, ValueError) as error:
         raise ValueError(f"--data {path} cannot be read: {str(error).rstrip('.')}.") from None
     for key, option in ((prompt_key, "--prompt-key"), (answer_key, "--answer-key")):
-        if key not in source.columns and not (option == "--answer-key" and key.split(".")[0] in source.columns):
+        if (
+            key is not None
+            and key not in source.columns
+            and not (option == "--answer-key" and key.split(".")[0] in source.columns)
+        ):
             raise ValueError(f"--data {path} has no '{key}' column ({option}); its columns: {source.columns}.")
     rows = []
     for index in range(len(source) if limit is None else min(limit, len(source))):
         row = dict(source.row(index))
         if row[prompt_key] is None:
             raise ValueError(f"--data {source.where(index)}: no '{prompt_key}' value (--prompt-key).")
-        row["ground_truth"] = ground_truth(row_value(row, answer_key))
-        if row["ground_truth"] is None:
+        row["ground_truth"] = None if answer_key is None else ground_truth(row_value(row, answer_key))
+        if row["ground_truth"] is None and answer_key is not None:
             raise ValueError(f"--data {source.where(index)}: no '{answer_key}' value (--answer-key).")
         rows.append(row)
     return rows

@@ -135,7 +135,13 @@ def extract_answer(response: str) -> str | None:
 
 def acceptable_answers(ground_truth: Any) -> list[str]:
     """The ground truths a response may match: a list, or a JSON list of strings (verl-style datasets such as
-    Skywork-OR1-RL-Data store the accepted answers so), gives each of them; anything else is one answer."""
+    Skywork-OR1-RL-Data store the accepted answers so), gives each of them; anything else is one answer. None (a
+    dataset read with data.answer_key=null has no answers) is a ValueError: there is nothing to grade against."""
+    if ground_truth is None:
+        raise ValueError(
+            "the sample has no reference answer (ground_truth is None: data.answer_key=null), and a math answer "
+            "needs one; set data.answer_key to the dataset's answer column."
+        )
     if isinstance(ground_truth, str) and ground_truth.lstrip().startswith("["):
         try:
             parsed = json.loads(ground_truth)

@@ -89,9 +89,10 @@ class DataConfig:
     prompt_key: str = "prompt"
     """Column holding the prompt: its text, or a list of chat messages ending with the user's (verl's layout; the
     others, e.g. a system message, come before it in the chat template)."""
-    answer_key: str = "answer"
+    answer_key: str | None = "answer"
     """Column holding the ground truth passed to the reward function; a field of a dict column is named with dots
-    (reward_model.ground_truth)."""
+    (reward_model.ground_truth). null: the prompts have no reference answers (open-ended prompts scored by a reward
+    model, a judge or a function that needs none); every sample's ground_truth is then None."""
     image_key: str = "images"
     """Column holding a list of images (paths, base64 data URLs, bytes, {bytes: ...} dicts or PIL images; web URLs
     are not fetched)."""

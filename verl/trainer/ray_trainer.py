@@ -520,7 +520,9 @@ class RayPPOTrainer:
             lengths = batch.batch["response_mask"].sum(-1).float()
             append_metrics(metrics, {"val_response_length/mean": lengths.tolist()})
             prompts, responses = decode_texts(batch, self.tokenizer)
-            truths = [str(t) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))]
+            truths = [
+                ("" if t is None else str(t)) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))
+            ]
             samples.extend(zip(prompts, responses, truths, batch_scores))
         wg.release_rollout_engine()
         result = reduce_metrics(metrics)

@@ -217,7 +217,7 @@ class RewardConfig:
     a reward model shares the engines' processes (mode=colocated with model.n_gpus_per_node=0). true: also for batch
     functions, which then get the groups completed together (a few groups, not a step); refused at validation where
     a reward model shares the engines' processes. false: whole batches in the step, as the other modes do."""
-    answer_key: str = "answer"
+    answer_key: str | None = "answer"
     """Set from data.answer_key: the name under which a function in TRL's signature gets the answers."""
 
     def validate(self, prefix: str) -> None:
