@@ -188,6 +188,11 @@ def test_ppo_clip_higher_and_dual_clip_values_gradients_and_metrics() -> None:
     assert loss == pytest.approx(sum(token_losses) / 6, rel=1e-5)
     torch.testing.assert_close(grad, torch.tensor(token_grads) / 6)
     assert metrics["pg_clipfrac"] == pytest.approx(2 / 6)  # held at 1 + eps_h or 1 - eps_l
+    # a token of weight 0 (icepop, top_entropy_quantile) is left out of the fractions: they counted it (2 / 6 here)
+    weights = torch.tensor([[1.0, 0.0, 1.0, 1.0, 1.0, 1.0]])
+    _, _, weighted = run_policy_loss(policy_inputs(ratios, advantages), "default", token_weights=weights)
+    assert weighted["pg_clipfrac"] == pytest.approx(1 / 5) and weighted["pg_clipfrac_higher"] == 0.0
+    assert weighted["pg_clipfrac_lower"] == pytest.approx(1 / 5)
     assert metrics["pg_clipfrac_higher"] == pytest.approx(1 / 6)
     assert metrics["pg_clipfrac_lower"] == pytest.approx(1 / 6)  # verl's name for the dual-clip fraction
     assert metrics["ppo_kl"] == pytest.approx(-sum(math.log(r) for r in ratios) / 6, rel=1e-5)

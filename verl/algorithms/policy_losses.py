@@ -246,7 +246,7 @@ def compute_policy_loss(
 
     Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
     `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate
-    of KL(pi_old || pi))."""
+    of KL(pi_old || pi)), over the tokens that take part (weight 0 leaves a token out)."""
     require_known("policy_loss", _POLICY_LOSSES, loss_type, "actor.loss_type")
     check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     log_probs, mask = log_probs.float(), response_mask.float()
@@ -272,7 +272,8 @@ def compute_policy_loss(
         for clipped in (terms.clipped_higher, terms.clipped_lower, terms.clipped_dual)
     )
     per_token = torch.stack([(higher | lower).float(), higher.float(), dual.float(), -log_ratio.detach()])
-    stats = (per_token * mask).sum(dim=(1, 2)) / mask.sum().clamp(min=1.0)
+    taking_part = inputs.mask  # a token of weight 0 (icepop, top_entropy_quantile) is neither clipped nor not
+    stats = (per_token * taking_part).sum(dim=(1, 2)) / taking_part.sum().clamp(min=1.0)
     names = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
     return pg_loss, dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
 
