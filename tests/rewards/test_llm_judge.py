@@ -479,3 +479,17 @@ def test_a_judge_whose_answers_hold_no_grade_is_warned_about(caplog) -> None:
         scorer.score(batch)
     assert "3 of 4 judge answers held no grade matching worker.reward.judge.grade_pattern" in caplog.text
     assert "3 answers were cut at worker.reward.judge.max_tokens=" in caplog.text
+
+
+def test_strip_reasoning_shows_the_judge_and_reward_model_the_final_answer(make_batch, tokenizer) -> None:
+    """judge.strip_reasoning / model.strip_reasoning: the text after the last `</think>`, empty where the reasoning
+    never closed (opened by the response, or by the generation prompt as Qwen3 and R1 distills do), the whole response
+    where there is none; without it the whole response."""
+    from verl.rewards.manager import decode_responses
+
+    plain, opened = "Q?<|im_start|>assistant\n", "Q?<|im_start|>assistant\n<think>\n"
+    prompts = [plain, plain, opened, opened, plain]
+    responses = ["<think>a</think>\n\n42", "<think>cut off", "b</think> 7", "never closed", "no reasoning"]
+    batch = make_batch(prompts, responses, prompt_length=32)
+    assert decode_responses(batch, tokenizer) == responses
+    assert decode_responses(batch, tokenizer, strip_reasoning=True) == ["42", "", "7", "", "no reasoning"]

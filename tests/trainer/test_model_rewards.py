@@ -102,6 +102,50 @@ def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -
         ray.kill(judge)
 
 
+class AnswerJudge:
+    """A stand-in for JudgeActor's `grade` that gives 1 to the responses that read "42" exactly."""
+
+    def grade(self, prompts: list[str], responses: list[str], ground_truths: list) -> dict[str, list[float]]:
+        return {
+            "judge_score": [float(r == "42") for r in responses],
+            "judge_grade": [10.0 * float(r == "42") for r in responses],
+            "judge_parse_error": [0.0 for _ in responses],
+        }
+
+
+@pytest.mark.parametrize("strip_reasoning", [False, True])
+def test_judge_strip_reasoning_reaches_the_judge(local_ray, tmp_path, strip_reasoning) -> None:
+    from transformers import AutoTokenizer
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    config = RewardConfig()
+    config.judge.strip_reasoning = strip_reasoning
+    rows = [tokenizer.encode(text) for text in ("<think>so</think>42", "42")]
+    response_ids = torch.full((2, max(map(len, rows))), tokenizer.pad_token_id)
+    response_mask = torch.zeros_like(response_ids)
+    for row, ids in enumerate(rows):
+        response_ids[row, : len(ids)], response_mask[row, : len(ids)] = torch.tensor(ids), 1
+    prompt_ids = torch.tensor([tokenizer.encode(PROMPT)] * 2)
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": response_ids,
+            "response_mask": response_mask,
+            "attention_mask": torch.cat([torch.ones_like(prompt_ids), response_mask], dim=-1),
+        },
+        non_tensors={"ground_truth": np.array([None] * 2, dtype=object)},
+    )
+    judge = ray.remote(AnswerJudge).remote()
+    try:
+        _, columns = BatchScorer(config, tokenizer, None, None, judge, lambda handle, part: ray.get(handle)).score(
+            batch
+        )
+    finally:
+        ray.kill(judge)
+    assert columns["judge_score"] == [float(strip_reasoning), 1.0]
+
+
 def _write_jsonl(path, rows) -> None:
     with open(path, "w") as f:
         for row in rows:

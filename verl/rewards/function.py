@@ -67,7 +67,7 @@ class RewardInput(TypedDict):
     """Every other column of the dataset row, under its own name."""
 
 
-REASONING_OPENING = "<think>"
+REASONING_OPENING, REASONING_CLOSING = "<think>", "</think>"
 
 
 def model_turn(reward_input: RewardInput) -> str:
@@ -76,6 +76,15 @@ def model_turn(reward_input: RewardInput) -> str:
     tokens hold its text and `</think>` but not its opening), else `response` itself."""
     prompt, response = reward_input.get("prompt") or "", reward_input["response"]
     return prompt[prompt.rfind(REASONING_OPENING) :] + response if opens_reasoning(prompt) else response
+
+
+def after_reasoning(text: str, opened: bool = False) -> str | None:
+    """The text after a model's reasoning block (its last `</think>`); None where the reasoning never closed (the
+    text opens `<think>` without closing it, or `opened`: the prompt opened it); the whole text where it has none.
+    A judge's verdict and, with strip_reasoning, what a judge or reward model is shown of a response."""
+    if REASONING_CLOSING in text:
+        return text.rpartition(REASONING_CLOSING)[2]
+    return None if opened or REASONING_OPENING in text else text
 
 
 def opens_reasoning(prompt: str) -> bool:

@@ -20,6 +20,7 @@ import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from verl.models.config import DTYPE_NAMES
+from verl.rewards.function import after_reasoning
 from verl.utils.numbers import plain_number
 
 
@@ -84,6 +85,11 @@ class JudgeConfig:
     """Longest answer of the judge, in tokens; an answer cut off before its grade is a parse error."""
     temperature: float = 0.0
     """Sampling temperature of the judge; 0 is greedy, so a response gets the same grade every time."""
+    strip_reasoning: bool = False
+    """Show the judge only each response's final answer, the text after its reasoning (its last `</think>`); a
+    response whose reasoning never closed (cut at max_response_length) is shown empty. The reasoning is then not
+    judged, as DeepSeek-R1's helpfulness reward, and a long one cannot crowd the question out of max_model_len.
+    False: the whole response."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Variables of the judge model's chat template, e.g. {enable_thinking: false} for a Qwen3 judge, which would
     otherwise reason before its grade within max_tokens; each must be one the template reads."""
@@ -273,27 +279,19 @@ def parse_grade(text: str, pattern: str | re.Pattern[str], min_grade: float, max
     return grade if math.isfinite(grade) and min_grade <= grade <= max_grade else None
 
 
-def verdict_text(answer: str) -> str | None:
-    """What of a judge's answer may hold its grade: the text after its reasoning (the last `</think>`), None when
-    the reasoning never closed. A grade the judge quotes while it thinks (a response that wrote "Grade: 10") is not
-    its verdict."""
-    if "</think>" in answer:
-        return answer.rpartition("</think>")[2]
-    return None if "<think>" in answer else answer
-
-
 def score_answers(
     answers: list[str | None], config: JudgeConfig, cut: list[bool] | None = None
 ) -> dict[str, list[float]]:
     """Per-sample judge_score ((grade - min) / (max - min), 0 on a parse error), judge_grade (NaN on a parse error),
     judge_parse_error (1.0 or 0.0; an answer of None, never generated, one `cut` by max_tokens, whose last grade may
     be one it was quoting, and one whose reasoning never closed are one) and judge_cut (1.0 where `cut` says
-    max_tokens ended the answer). The grade is read after the answer's reasoning (`verdict_text`)."""
+    max_tokens ended the answer). The grade is read after the answer's reasoning (`after_reasoning`): a grade the
+    judge quotes while it thinks (a response that wrote "Grade: 10") is not its verdict."""
     compiled = re.compile(config.grade_pattern)
     span = config.max_grade - config.min_grade
     result: dict[str, list[float]] = {key: [] for key in SCORE_KEYS}
     for answer, was_cut in zip(answers, cut or [False] * len(answers), strict=True):
-        verdict = None if answer is None or was_cut else verdict_text(answer)
+        verdict = None if answer is None or was_cut else after_reasoning(answer)
         grade = None if verdict is None else parse_grade(verdict, compiled, config.min_grade, config.max_grade)
         result["judge_score"].append(0.0 if grade is None else (grade - config.min_grade) / span)
         result["judge_grade"].append(math.nan if grade is None else grade)

@@ -21,8 +21,10 @@ from verl.rewards.function import (
     RewardFunctionError,
     RewardFunctionLoadError,
     RewardInput,
+    after_reasoning,
     check_scores,
     load_reward_function,
+    opens_reasoning,
     score_batch,
     score_sequential,
     uid_note,
@@ -112,10 +114,19 @@ def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -
     )
 
 
-def decode_responses(data: DataProto, tokenizer: Any) -> list[str]:
-    """Each row's response tokens under `valid_response_mask` as text, without special tokens."""
+def decode_responses(data: DataProto, tokenizer: Any, strip_reasoning: bool = False) -> list[str]:
+    """Each row's response tokens under `valid_response_mask` as text, without special tokens; with
+    `strip_reasoning`, only what follows the reasoning ("" where it never closed: the response, or the generation
+    prompt, opened it)."""
     responses = zip(data.batch["responses"], valid_response_mask(data))
-    return tokenizer.batch_decode([ids[mask].tolist() for ids, mask in responses], skip_special_tokens=True)
+    texts = tokenizer.batch_decode([ids[mask].tolist() for ids, mask in responses], skip_special_tokens=True)
+    if not strip_reasoning:
+        return texts
+    prompts = data.batch["prompts"]
+    prompt_mask = data.batch["attention_mask"][:, : prompts.shape[-1]].bool()
+    # the generation prompt's last tokens: "<|im_start|>assistant\n<think>\n" where it opens the reasoning
+    tails = tokenizer.batch_decode([ids[mask][-8:].tolist() for ids, mask in zip(prompts, prompt_mask)])
+    return [(after_reasoning(text, opens_reasoning(tail)) or "").lstrip() for text, tail in zip(texts, tails)]
 
 
 def _last_user_text(content: Any) -> str | None:

@@ -248,7 +248,7 @@ class RewardModelWorker(Worker):
             rows, truncated = tokenize_conversations(
                 self.rm_tokenizer,
                 user_messages(data, self.policy_tokenizer),
-                decode_responses(data, self.policy_tokenizer),
+                decode_responses(data, self.policy_tokenizer, config.strip_reasoning),
                 config.max_length,
             )
         gather_once = gathers_once_per_pass(config.fsdp, self.device_type)

@@ -85,7 +85,8 @@ class BatchScorer:
             pending.rule = self.rule_runner.submit(batch)
         if self.judge_actor is not None:
             truths = batch.non_tensor_batch.get("ground_truth", [None] * len(batch))
-            prompts, responses = user_messages(batch, self.tokenizer), decode_responses(batch, self.tokenizer)
+            prompts = user_messages(batch, self.tokenizer)
+            responses = decode_responses(batch, self.tokenizer, self.config.judge.strip_reasoning)
             pending.judge = self.judge_actor.grade.remote(prompts, responses, [plain_value(t) for t in truths])
         if self.reward_model_wg is not None:
             pending.rm_future = self.reward_model_wg.submit("compute_rm_score", batch)

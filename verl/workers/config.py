@@ -82,6 +82,11 @@ class RewardModelConfig:
     max_length: int = 2048
     """Tokens of the rendered prompt + response given to the reward model; longer conversations keep their end (the
     response, where the score is read) and are counted in reward_model/truncated_ratio."""
+    strip_reasoning: bool = False
+    """Score only each response's final answer, the text after its reasoning (its last `</think>`); a response
+    whose reasoning never closed (cut at max_response_length) is scored as an empty answer. The reasoning is then not
+    scored, as DeepSeek-R1's helpfulness reward, and a long one cannot push the prompt out of max_length. False: the
+    whole response."""
     micro_batch_size: int = 8
     """Conversations per reward-model forward on each device."""
     weight: float = 1.0
