@@ -493,3 +493,18 @@ def test_strip_reasoning_shows_the_judge_and_reward_model_the_final_answer(make_
     batch = make_batch(prompts, responses, prompt_length=32)
     assert decode_responses(batch, tokenizer) == responses
     assert decode_responses(batch, tokenizer, strip_reasoning=True) == ["42", "", "7", "", "no reasoning"]
+
+
+def test_the_judge_reads_a_multi_turn_episode_with_its_tool_results(make_batch, tokenizer) -> None:
+    """The environment's tokens (response_mask 0, attention_mask 1) are part of what the judge and the reward model
+    read, as rule functions read them: an answer resting on a tool result was judged without it."""
+    from verl.rewards.manager import build_reward_inputs, decode_responses
+
+    batch = make_batch(["Q?"], ["call 6*7 result 42 so 42"], response_length=24)
+    result = tokenizer.encode(" result 42", add_special_tokens=False)
+    start = len(tokenizer.encode("call 6*7", add_special_tokens=False))
+    batch.batch["response_mask"][0, start : start + len(result)] = 0  # the tool's result: not the model's tokens
+    assert decode_responses(batch, tokenizer) == ["call 6*7 result 42 so 42"]
+    assert decode_responses(batch, tokenizer) == [
+        sample["response"] for sample in build_reward_inputs(batch, tokenizer)
+    ]

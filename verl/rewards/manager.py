@@ -114,12 +114,20 @@ def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -
     )
 
 
-def decode_responses(data: DataProto, tokenizer: Any, strip_reasoning: bool = False) -> list[str]:
-    """Each row's response tokens under `valid_response_mask` as text, without special tokens; with
-    `strip_reasoning`, only what follows the reasoning ("" where it never closed: the response, or the generation
-    prompt, opened it)."""
-    responses = zip(data.batch["responses"], valid_response_mask(data))
-    texts = tokenizer.batch_decode([ids[mask].tolist() for ids, mask in responses], skip_special_tokens=True)
+def response_token_ids(data: DataProto) -> list[list[int]]:
+    """Each row's valid response tokens: the model's and, in multi-turn episodes, the environment's."""
+    responses = data.batch["responses"]
+    tokens = data.batch["attention_mask"][:, -responses.shape[-1] :].bool() | valid_response_mask(data)
+    return [row[mask].tolist() for row, mask in zip(responses, tokens)]
+
+
+def decode_responses(
+    data: DataProto, tokenizer: Any, strip_reasoning: bool = False, skip_special_tokens: bool = True
+) -> list[str]:
+    """Each row's response as text: every valid token, the model's and, in multi-turn episodes, the environment's
+    (a judge reads the tool results the answer rests on); with `strip_reasoning`, only what follows the reasoning
+    ("" where it never closed: the response, or the generation prompt, opened it)."""
+    texts = tokenizer.batch_decode(response_token_ids(data), skip_special_tokens=skip_special_tokens)
     if not strip_reasoning:
         return texts
     prompts = data.batch["prompts"]
@@ -170,12 +178,9 @@ def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
     """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
     included); `response_length` counts the model's tokens."""
-    columns, responses, model_tokens = data.non_tensor_batch, data.batch["responses"], valid_response_mask(data)
-    # every valid response token: the model's and, in multi-turn episodes, the environment's (out of the loss)
-    tokens = data.batch["attention_mask"][:, -responses.shape[-1] :].bool() | model_tokens
-    ids = [row[mask].tolist() for row, mask in zip(responses, tokens)]
+    columns, ids = data.non_tensor_batch, response_token_ids(data)
     texts = tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens)
-    lengths = model_tokens.sum(dim=-1).tolist()
+    lengths = valid_response_mask(data).sum(dim=-1).tolist()
     # the column holding the prompt as text, if any (a column of chat messages does not count)
     texts_only = (key for key in _PROMPT_TEXT_KEYS if key in columns and all(isinstance(t, str) for t in columns[key]))
     prompt_key = next(texts_only, None)
