@@ -55,6 +55,18 @@ def test_targets_and_the_vision_tower(models):
     assert any("visual" in name for name in with_tower)
 
 
+@pytest.mark.parametrize("kind", ["internvl", "mistral3", "gemma4"])
+def test_the_projector_beside_the_vision_tower_gets_no_adapters_by_default(tmp_path, kind):
+    """InternVL, LLaVA and Mistral 3 keep their projector into the language model beside the tower
+    (multi_modal_projector), Gemma 4 in embed_vision: it got adapters under all-linear, which vLLM's adapter sync
+    refuses ("expected target modules in {...}"), and Qwen's, inside `visual`, never did."""
+    path = get_or_build_tiny_model(kind, str(tmp_path))
+    language = _adapted_layers(_adapted(path, vision_language=True))
+    assert language and all("language_model" in name for name in language)
+    whole = _adapted_layers(_adapted(path, vision_language=True, vision_tower=True))
+    assert any("multi_modal_projector" in name or "embed_vision" in name for name in whole)
+
+
 def test_only_adapters_train_and_start_as_the_base_model(models):
     model = _adapted(models["qwen2"])
     trainable = [name for name, param in model.named_parameters() if param.requires_grad]

@@ -932,6 +932,35 @@ def test_data_errors_are_one_line_and_leave_no_ray_running(files, tmp_path, caps
     assert last.startswith("Error: ") and "train.jsonl', row 1, key 'answer'" in last and "Traceback" not in err
 
 
+def test_critic_warmup_over_the_whole_run_is_refused_with_total_epochs(files, tmp_path, capsys):
+    """max_steps is refused when the config loads; the default total_epochs' count is known once the data is read:
+    a run whose warmup covered every step trained only the critic and ended normally, saying nothing."""
+    import ray
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    args += [f"worker.actor.model.model_path={model}", f"worker.critic.model.model_path={model}"]
+    args += ["algorithm.adv_estimator=gae", "trainer.critic_warmup=2", "trainer.total_epochs=2", "trainer.device=cpu"]
+    rc = main(
+        [*args, "data.rollout_batch_size=1", "worker.actor.global_batch_size=1", "worker.critic.global_batch_size=1"]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and not ray.is_initialized() and "Traceback" not in err
+    assert "trainer.critic_warmup=2 trains only the critic for that many steps, and the run has 2 steps" in err
+
+
+def test_a_text_critic_beside_a_vision_language_actor_is_refused(files):
+    """The critic reads the actor's images; Qwen2.5 beside Qwen2.5-VL shares the vocabulary, so the vocabulary check
+    passed and the run failed at the first step's values."""
+    config_only_model(files / "vl", {"model_type": "qwen2_5_vl", "vision_config": {}})
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    args += [f"worker.actor.model.model_path={files / 'vl'}", f"worker.critic.model.model_path={files / 'model'}"]
+    with pytest.raises(ConfigError, match=r"worker.critic.model.model_path=.* is a text model, and the actor"):
+        load_config([*args, "algorithm.adv_estimator=gae", "worker.critic.global_batch_size=8"])
+
+
 def test_dry_run_in_subprocess_does_not_start_ray(files):
     code = (
         "import sys; from verl.trainer.main import main; rc = main(sys.argv[1:]); "
@@ -1066,6 +1095,26 @@ def test_lora_sync_adapters_needs_language_model_adapters(files):
         )
     with pytest.raises(ConfigError, match=r"'worker.rollout.lora_sync' is 'adapter'"):
         load_config([*base_args(files), f"{lora}.rank=8", "worker.rollout.lora_sync=adapter"])
+
+
+def test_lora_sync_adapters_is_refused_where_the_engines_model_takes_none(files):
+    """LLaVA-OneVision's vLLM class implements no LoRA: the engine failed as it loaded ("does not support LoRA yet"),
+    after Ray and the workers had started. The table names what vLLM says today; this fails when vLLM changes."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_lora
+
+    from verl.trainer.config import NO_ENGINE_ADAPTERS
+
+    classes = {"llava_onevision": "LlavaOnevisionForConditionalGeneration"}
+    assert set(classes) == set(NO_ENGINE_ADAPTERS)
+    for model_type, architecture in classes.items():
+        assert not supports_lora(ModelRegistry._try_load_model_cls(architecture)), architecture
+        config_only_model(files / model_type, {"model_type": model_type, "vision_config": {}})
+        args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+        lora = [f"worker.actor.model.model_path={files / model_type}", "worker.actor.model.lora.rank=8"]
+        with pytest.raises(ConfigError, match=rf"lora_sync=adapters .*{architecture} takes no LoRA adapters"):
+            load_config([*args, *lora, "worker.rollout.lora_sync=adapters"])
+    assert supports_lora(ModelRegistry._try_load_model_cls("InternVLForConditionalGeneration"))  # InternVL takes them
 
 
 def test_weight_sync_direct_is_refused_where_it_is_not_built(files, monkeypatch):

@@ -137,7 +137,8 @@ class LoraConfig:
     """Regular expression that a module's whole name (e.g. "model.layers.0.mlp.up_proj") must match to be left
     without adapters, e.g. ".*mlp.*" (a bare "mlp" matches no module)."""
     vision_tower: bool = False
-    """Give a VLM's vision tower adapters too; by default it has none (it stays frozen, as the base weights do)."""
+    """Give a VLM's vision side adapters too: its vision tower and the projector that feeds the language model; by
+    default they have none (they stay frozen, as the base weights do)."""
 
     def validate(self, prefix: str) -> None:
         if self.rank < 0 or self.alpha <= 0:

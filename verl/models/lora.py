@@ -30,7 +30,10 @@ resumed run's settings must equal."""
 LORA_INIT_SEED = 1234
 """Ranks that build the model independently get the same adapters."""
 
-_VISION_TOWER_PATTERN = r".*(visual|vision_tower|vision_model).*"
+_VISION_TOWER_PATTERN = r".*(visual|vision_tower|vision_model|multi_modal_projector|embed_vision).*"
+"""The vision side of a VLM: its tower and the projector into the language model (inside `visual` for Qwen and GLM,
+beside it for InternVL, LLaVA, Mistral 3 and Gemma 4), without adapters unless lora.vision_tower: the engine's
+adapter sync (vLLM) serves language-model adapters only."""
 _LORA_PARAM = re.compile(rf"^(?P<prefix>.*)\.lora_(?P<part>[AB])\.{ADAPTER_NAME}\.weight$")
 
 

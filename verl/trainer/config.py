@@ -826,6 +826,7 @@ def check_cross_section(config: PPOConfig) -> None:
             f"algorithm.adv_estimator={algorithm.adv_estimator} trains a critic (it takes `values`): set "
             "worker.critic.model.model_path (usually the actor's model path)."
         )
+    _check_critic_reads_images(config)
     needed = data.max_prompt_length + data.max_response_length
     for key in ("max_num_batched_tokens", "max_model_len"):
         value = getattr(rollout, key)
@@ -883,6 +884,27 @@ def check_cross_section(config: PPOConfig) -> None:
         reward_model.fsdp.check_world("worker.reward.model.fsdp.", world, pool)
     elif reward_model.model_path:  # sharded beside the actor
         reward_model.fsdp.check_world("worker.reward.model.fsdp.", config.trainer.world_size())
+
+
+def _check_critic_reads_images(config: PPOConfig) -> None:
+    """A vision-language actor's critic must be one too: a text critic (Qwen2.5 beside Qwen2.5-VL shares the
+    vocabulary) failed at the first step's values, after the rollout, with an error that named no key."""
+    actor, critic = config.worker.actor.model, config.worker.critic.model
+    if (
+        not _algorithms().estimator_needs_critic(config.algorithm.adv_estimator)
+        or critic.model_path == actor.model_path
+    ):
+        return
+    actor_config = read_model_config("worker.actor.model.model_path", actor.model_path)
+    critic_config = read_model_config("worker.critic.model.model_path", critic.model_path)
+    if actor_config is None or critic_config is None:  # a hub id not downloaded yet
+        return
+    if "vision_config" in actor_config and "vision_config" not in critic_config:
+        raise ConfigError(
+            f"worker.critic.model.model_path={critic.model_path} is a text model, and the actor "
+            f"({actor.model_path}) a vision-language one: the critic reads the same images as the actor. Start it "
+            "from a vision-language model (usually the actor's own model_path)."
+        )
 
 
 def _check_validation(config: PPOConfig) -> None:
@@ -1016,6 +1038,10 @@ def _check_weight_sync(config: PPOConfig) -> None:
         raise ConfigError(f"worker.rollout.weight_sync=direct: {why}; set worker.rollout.weight_sync=loader.")
 
 
+NO_ENGINE_ADAPTERS = {"llava_onevision": "vLLM 0.32's LlavaOnevisionForConditionalGeneration"}
+"""Model types whose vLLM class does not implement LoRA (tests/trainer/test_config.py asks vLLM)."""
+
+
 def _check_lora_sync(config: PPOConfig) -> None:
     """rollout.lora_sync=adapters sends the actor's LoRA adapters to the engine: it needs adapters, and it is built
     for the language model's (vLLM serves vision-tower adapters only behind an engine option not wired here)."""
@@ -1041,7 +1067,13 @@ def _check_lora_sync(config: PPOConfig) -> None:
             "worker.rollout.lora_sync=merged."
         )
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
-    experts = expert_count(read_model_config(key, path) or {})
+    model_config = read_model_config(key, path) or {}
+    if model_config.get("model_type") in NO_ENGINE_ADAPTERS:
+        raise ConfigError(
+            f"worker.rollout.lora_sync=adapters with {key}='{path}': {NO_ENGINE_ADAPTERS[model_config['model_type']]} "
+            "takes no LoRA adapters. Use worker.rollout.lora_sync=merged."
+        )
+    experts = expert_count(model_config)
     if experts is not None:
         raise NotImplementedError(
             f"worker.rollout.lora_sync=adapters with {key}='{path}', a mixture of experts ({experts[0]}={experts[1]}): "

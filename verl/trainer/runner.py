@@ -344,6 +344,13 @@ def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[s
     total_steps = count_training_steps(config, len(train_dataloader))
     if _nothing_to_train(config, resumed, total_steps):
         return {}
+    warmup = config.trainer.critic_warmup
+    if warmup >= total_steps:  # with max_steps the config refuses it; total_epochs' count is known only now
+        raise SetupError(
+            f"trainer.critic_warmup={warmup} trains only the critic for that many steps, and the run has "
+            f"{total_steps} steps (trainer.total_epochs={config.trainer.total_epochs}): "
+            "the actor would never train. Lower critic_warmup or raise total_epochs."
+        )
     log_checkpoint_plan(config.trainer, checkpoint_size(config), config.trainer.save_model_only)
     init_ray(config, device)
     check_run_fits(config, device)
