@@ -282,6 +282,14 @@ def test_a_resume_that_cannot_continue_the_saved_run_is_said_before_ray_starts(t
     colocated = ["worker.rollout.mode=colocated", "worker.rollout.max_staleness=0"]  # one round of 1 prompt
     with pytest.raises(ValueError, match=r"holds 2 prompts in flight, more than this run keeps in flight \(worker"):
         runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated))
+    # 3 prompts in flight (saved on 1 device, rounds of 3) do not split over 2: dispatch padded them with a copy,
+    # and that prompt was generated and trained twice under one uid
+    torch.save(DataProto.from_dict(non_tensors={"uid": ["a", "b", "c"]}), step / IN_FLIGHT_FILE)
+    two = ["trainer.n_gpus_per_node=2", "data.rollout_batch_size=2", "worker.actor.global_batch_size=2"]
+    config = one_row_run(tmp_path, row, model, *two, "worker.rollout.mode=colocated", "worker.rollout.max_staleness=1")
+    (tmp_path / "train.jsonl").write_text((json.dumps(row) + "\n") * 4)
+    with pytest.raises(ValueError, match=r"its 3 prompts in flight do not split evenly over the 2 devices"):
+        runner._prepare_inputs(config)
 
 
 def test_a_critic_of_another_vocabulary_is_refused_before_ray_starts(tmp_path):

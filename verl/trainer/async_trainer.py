@@ -151,7 +151,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     def _take_round(self, version: int, round_index: int, metrics: dict[str, list[float]]) -> DataProto:
         """One generation round: admit what the staleness bound allows, take the round's complete groups."""
-        prompts = self._admit(version)
+        prompts = self._admit(version, self.actor_rollout_ref_wg.world_size)
         request = self._async_request(version, round_index, self.actor_rollout_ref_wg.world_size)
         calls = [prompts]
 
@@ -205,8 +205,10 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         batch.non_tensor_batch.update({f"reward/{k}": np.array(v, dtype=object) for k, v in columns.items()})
         append_metrics(metrics, {"async/rewards_ready_share": ready})
 
-    def _admit(self, version: int) -> DataProto:
-        """The prompts this round admits (a resumed run's in-flight ones first), given uids and recorded in flight."""
+    def _admit(self, version: int, ranks: int) -> DataProto:
+        """The prompts this round admits (a resumed run's in-flight ones first), given uids and recorded in flight;
+        they must split evenly over the `ranks` engines (dispatch would pad them with copies: a prompt trained twice
+        under one uid)."""
         parts = [self._readmit] if self._readmit is not None else []
         self._readmit = None
         for _ in range(self.admission.rounds_to_admit(len(self.in_flight))):
@@ -222,7 +224,10 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
                 f"Step {self.global_step} admitted no prompts: {len(self.in_flight)} in flight at version {version} "
                 f"with worker.rollout.max_staleness={self.admission.max_staleness}; this is a bug in the admission."
             )
-        return DataProto.concat(parts)
+        prompts = DataProto.concat(parts)
+        if len(prompts) % ranks != 0:
+            raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {ranks} rollout engines.")
+        return prompts
 
     def _taken(self, batch: DataProto) -> DataProto:
         """`batch` with its ReMax baselines (before online filtering, as mode=sync); its prompts leave the in-flight

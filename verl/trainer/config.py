@@ -951,13 +951,8 @@ def _check_async(config: PPOConfig) -> None:
             f"worker.rollout.mode={rollout.mode} a response started under a stage continues under the next, so the "
             "stages must not shrink: make the lengths non-decreasing."
         )
-    world, engines = config.trainer.world_size(), rollout.pool_size()
-    over = [(world, f"the {world} devices")]
-    if rollout.mode == "disaggregated":  # the rollout pool's engines, each a process of its own
-        pool = "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)"
-        over.append((engines, f"the {engines} engines of the rollout pool {pool}"))
     key, prompts = round_size(config.data)
-    for count, what in over:
+    for count, what in admission_splits(config):
         if prompts % count != 0:
             raise ConfigError(
                 f"worker.rollout.mode={rollout.mode} admits {key}={prompts} prompts per round, which must split "
@@ -969,6 +964,17 @@ def _check_async(config: PPOConfig) -> None:
             f"worker.rollout.n_gpus_per_node={rollout.n_gpus_per_node}: a tensor-parallel engine's processes share one "
             "node of the rollout pool."
         )
+
+
+def admission_splits(config: "PPOConfig") -> list[tuple[int, str]]:
+    """What the asynchronous modes' admitted prompts split evenly over, as (count, description): the trainer's
+    devices and, with mode=disaggregated, the rollout pool's engines."""
+    world, rollout = config.trainer.world_size(), config.worker.rollout
+    over = [(world, f"the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)")]
+    if rollout.mode == "disaggregated":  # the rollout pool's engines, each a process of its own
+        pool = "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)"
+        over.append((rollout.pool_size(), f"the {rollout.pool_size()} engines of the rollout pool {pool}"))
+    return over
 
 
 def round_size(data: DataConfig) -> tuple[str, int]:

@@ -73,10 +73,8 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
             metrics.setdefault(key, []).extend(values)
         self.validation_sync = defaultdict(list)
         self.sync_engines(version, metrics)  # once a step: `version` is the trained policy's
-        prompts = self._admit(version)
         engines = self.rollout_wg.world_size
-        if len(prompts) % engines != 0:
-            raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {engines} rollout engines.")
+        prompts = self._admit(version, engines)
         request = self._async_request(version, round_index, engines)
         self.rollout_wg.admit(prompts, request)
         poll = functools.partial(self.rollout_wg.poll, request, _POLL_WAIT_S)

@@ -25,7 +25,7 @@ from verl.trainer.checkpointing import (
     resume_path,
     step_of,
 )
-from verl.trainer.config import PPOConfig, round_size, worker_pools
+from verl.trainer.config import PPOConfig, admission_splits, round_size, worker_pools
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.node_check import check_nodes_see_run_files, rl_worker_paths
@@ -206,7 +206,7 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
 
 def _check_in_flight(config: PPOConfig, path: str) -> None:
     """The prompts an asynchronous checkpoint had in flight: dropped in mode=sync (said), and refused when there are
-    more than the resumed run keeps in flight."""
+    more than the resumed run keeps in flight or when they do not split over its ranks."""
     in_flight = os.path.join(path, IN_FLIGHT_FILE)
     if not os.path.isfile(in_flight):
         return
@@ -229,6 +229,13 @@ def _check_in_flight(config: PPOConfig, path: str) -> None:
             f"(worker.rollout.max_staleness + 1 = {rollout.max_staleness + 1} rounds of {key}={size}); resume with "
             "the saved run's round size and staleness bound."
         )
+    for ranks, what in admission_splits(config) if rollout.mode != "sync" else ():
+        if count % ranks != 0:  # the saved run had other ranks; each takes whole shares of the readmitted prompts
+            raise ValueError(
+                f"Cannot resume from {path}: its {count} prompts in flight do not split evenly over {what}. Resume "
+                "on a number that divides them (the saved run's), or with worker.rollout.mode=sync, which drops "
+                "them."
+            )
 
 
 def _check_critic_vocabulary(config: PPOConfig, tokenizer: Any) -> None:
