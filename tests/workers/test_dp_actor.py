@@ -430,6 +430,44 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
         ).update_policy(batch, TEMPERATURE)
 
 
+def test_clip_fractions_with_tokens_of_weight_zero_do_not_depend_on_the_micro_batches(model_root: str) -> None:
+    """icepop's and top_entropy_quantile's weight-0 tokens take no part in the clip fractions and ppo_kl: each
+    micro-batch's mean is weighed by the tokens it was taken over (it was weighed by all its response tokens, so the
+    logged fractions moved with the micro-batch size and dynamic batching: 0.258 over the batch, 0.218 at micro=1)."""
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=0, batch_size=8)
+    mask = data.batch["response_mask"]
+    with torch.no_grad():
+        log_probs = reference_outputs(model, data, TEMPERATURE)["log_probs"]
+    noise = 0.3 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(1))
+    data.batch["old_log_probs"] = (log_probs + noise) * mask
+    weights = (torch.rand(mask.shape, generator=torch.Generator().manual_seed(3)) > 0.4).float() * mask
+    data.batch["rollout_is_weights"] = weights
+    names = ("pg_clipfrac", "pg_clipfrac_higher", "ppo_kl")
+    _, whole = compute_policy_loss(
+        data.batch["old_log_probs"],
+        log_probs,
+        data.batch["advantages"],
+        mask,
+        "default",
+        0.2,
+        0.3,
+        3.0,
+        "token-mean",
+        token_weights=weights,
+    )
+    assert whole["pg_clipfrac"] > 0 and whole["loss_tokens"] < mask.sum()
+    for micro, dynamic in ((8, False), (1, False), (3, True)):
+        config = actor_config(True, dynamic, micro_batch_size_per_device_for_update=micro)
+        metrics = DataParallelPPOActor(config, model, recording_optimizer(model)).update_policy(data, TEMPERATURE)
+        for name in names:
+            assert metrics[f"actor/{name}"] == pytest.approx(whole[name].item(), rel=1e-4), (micro, dynamic, name)
+
+
 def test_dr_grpo_normaliser_is_the_configured_response_length_not_the_batch_width(model_root: str) -> None:
     """seq-mean-token-sum-norm divides by data.max_response_length (the worker passes it): a response-length
     schedule's shorter stage must not scale the loss up."""

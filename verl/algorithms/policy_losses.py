@@ -246,7 +246,8 @@ def compute_policy_loss(
 
     Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
     `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate
-    of KL(pi_old || pi)), over the tokens that take part (weight 0 leaves a token out)."""
+    of KL(pi_old || pi)), over the tokens that take part (weight 0 leaves a token out), and their count,
+    `loss_tokens`, by which a token mean over micro-batches weighs each."""
     require_known("policy_loss", _POLICY_LOSSES, loss_type, "actor.loss_type")
     check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     log_probs, mask = log_probs.float(), response_mask.float()
@@ -275,7 +276,8 @@ def compute_policy_loss(
     taking_part = inputs.mask  # a token of weight 0 (icepop, top_entropy_quantile) is neither clipped nor not
     stats = (per_token * taking_part).sum(dim=(1, 2)) / taking_part.sum().clamp(min=1.0)
     names = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
-    return pg_loss, dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
+    metrics = {**dict(zip(names, stats.unbind())), "loss_tokens": taking_part.sum()}
+    return pg_loss, metrics  # 0-dim tensors on the loss's device: no host sync here
 
 
 def _register_user_loss(spec: str, function: Callable[..., PolicyLossTerms | torch.Tensor], where: Where) -> None:

@@ -40,9 +40,12 @@ MicroBatchLoss = Callable[[DataProto, float, float], tuple[torch.Tensor, dict[st
 """(micro-batch, mini-batch token count, mini-batch sequence count) -> (the micro-batch's share of the mini-batch
 loss, its values of the summed metrics by name; others are ignored)."""
 
-SummedMetric = tuple[str, bool]
-"""(name, is_token_mean): a loss share (summed over micro-batches and ranks), or the micro-batch's token mean,
-summed weighted by its response-token count and divided by the mini-batch's."""
+SummedMetric = tuple[str, str | None]
+"""(name, weight): a loss share, summed over micro-batches and ranks (weight None); or a micro-batch's mean over
+tokens, summed weighted by their count and divided by the mini-batch's: `RESPONSE_TOKENS` (every response token),
+or the name of a count the loss returns among its values (the tokens a mean was taken over)."""
+
+RESPONSE_TOKENS = "response_tokens"
 
 
 def _world_size(group: dist.ProcessGroup | None) -> int:
@@ -158,8 +161,10 @@ class MicroBatchPasses:
         if token_count == 0:  # every response masked out (truncated, or by the rollout correction): on every rank
             logger.warning("Skipping a %s mini-batch: no response token of it is in the loss.", self.role)
             return {}
-        # summed on the device (no host sync between micro-batches), then across ranks
-        sums = torch.zeros(len(summed_metrics), dtype=torch.float64, device=device_utils.get_local_device())
+        # summed on the device (no host sync between micro-batches), then across ranks: each metric, then each weight
+        weights = list(dict.fromkeys(weight for _, weight in summed_metrics if weight is not None))
+        size = len(summed_metrics) + len(weights)
+        sums = torch.zeros(size, dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)
         with self._pass() as before_backward:
             for index, micro in enumerate(micro_batches):
@@ -168,17 +173,19 @@ class MicroBatchPasses:
                     loss, values = micro_batch_loss(micro, token_count, seq_count)
                     before_backward(index == len(micro_batches) - 1)
                     (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
-                tokens = micro.batch["response_mask"].sum()  # a token mean counts by the micro-batch's tokens
-                micro_sums = [values[name].detach() * (tokens if mean else 1) for name, mean in summed_metrics]
-                sums += torch.stack(micro_sums).double()
+                counts = {RESPONSE_TOKENS: micro.batch["response_mask"].sum(), **values}
+                micro_sums = [values[name].detach() * (1 if w is None else counts[w]) for name, w in summed_metrics]
+                sums += torch.stack([*micro_sums, *(counts[w].detach() for w in weights)]).double()
         grad_norm = self._optimizer_step()
         sums = sums.cpu()  # the host's backend (gloo) reduces these few numbers
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
             sums /= self.sp_size  # every rank of a sequence-parallel group computed the same loss
+        totals = sums.tolist()
+        weight_totals = dict(zip(weights, totals[len(summed_metrics) :]))
         metrics = {}
-        for (name, is_token_mean), total in zip(summed_metrics, sums.tolist()):
-            metrics[name] = total / max(token_count, 1.0) if is_token_mean else total
+        for (name, weight), total in zip(summed_metrics, totals):
+            metrics[name] = total if weight is None else total / max(weight_totals[weight], 1.0)
         metrics[f"{self.role}/grad_norm"] = grad_norm
         return metrics
 

@@ -35,7 +35,7 @@ from verl.workers.actor.forward import (
     process_multi_modal_inputs,
     select_model_inputs,
 )
-from verl.workers.micro_batch_passes import MicroBatchPasses, SummedMetric
+from verl.workers.micro_batch_passes import RESPONSE_TOKENS, MicroBatchPasses, SummedMetric
 
 
 __all__ = ["DataParallelPPOActor", "process_multi_modal_inputs"]
@@ -75,14 +75,15 @@ _POLICY_TOKEN_METRICS = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower
 """Token-mean metrics of `compute_policy_loss`; docs/metrics.md says what each one means."""
 
 _SUMMED_METRICS: tuple[SummedMetric, ...] = (
-    ("actor/pg_loss", False),
-    ("actor/entropy_loss", False),
-    ("actor/entropy", True),
-    ("actor/kl_loss", False),
-    *((f"actor/{name}", True) for name in _POLICY_TOKEN_METRICS),
+    ("actor/pg_loss", None),
+    ("actor/entropy_loss", None),
+    ("actor/entropy", RESPONSE_TOKENS),
+    ("actor/kl_loss", None),
+    *((f"actor/{name}", "loss_tokens") for name in _POLICY_TOKEN_METRICS),
 )
-"""Update metrics as (name, is_token_mean); actor/kl_loss only with the KL loss. Loss metrics are shares of the
-mini-batch loss (summed over micro-batches and ranks); token means are summed weighted by token count, then divided."""
+"""Update metrics as (name, weight); actor/kl_loss only with the KL loss. Loss metrics are shares of the mini-batch
+loss (summed over micro-batches and ranks); token means are summed weighted by their token count, then divided: the
+policy loss's over the tokens taking part in it (a token of weight 0 does not)."""
 
 
 class DataParallelPPOActor:
@@ -234,6 +235,7 @@ class DataParallelPPOActor:
             "actor/entropy_loss": entropy_loss,
             "actor/entropy": masked_mean(token_entropy.detach(), response_mask),  # per token, whatever the loss mode
             **{f"actor/{name}": pg_metrics[name] for name in _POLICY_TOKEN_METRICS},
+            "loss_tokens": pg_metrics["loss_tokens"],
         }
         if config.use_kl_loss and not config.disable_kl:
             kl_loss = compute_kl_loss(log_probs, batch["ref_log_probs"], response_mask, config.kl_penalty, **agg)

@@ -15,15 +15,15 @@ from verl.algorithms.core_algos import compute_value_loss
 from verl.protocol import DataProto
 from verl.workers.actor.forward import select_model_inputs
 from verl.workers.critic.config import CriticConfig
-from verl.workers.micro_batch_passes import MicroBatchPasses, SummedMetric
+from verl.workers.micro_batch_passes import RESPONSE_TOKENS, MicroBatchPasses, SummedMetric
 
 
 _SUMMED_METRICS: tuple[SummedMetric, ...] = (
-    ("critic/vf_loss", False),
-    ("critic/vf_clipfrac", True),
-    ("critic/vpred_mean", True),
+    ("critic/vf_loss", None),
+    ("critic/vf_clipfrac", RESPONSE_TOKENS),
+    ("critic/vpred_mean", RESPONSE_TOKENS),
 )
-"""Update metrics as (name, is_token_mean): vf_loss is the mini-batch loss over all ranks, the others token means."""
+"""Update metrics as (name, weight): vf_loss is the mini-batch loss over all ranks, the others token means."""
 
 
 def _value_head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
