@@ -255,6 +255,22 @@ def test_killed_worker_process_is_gone(pool: VerifierPool) -> None:
     assert wait_gone([replaced.pop()], 5) == []
 
 
+def test_workers_leave_the_drivers_group_and_one_that_died_idle_is_replaced() -> None:
+    """A signal to the launcher's process group (`timeout 24h python -m verl.trainer.main`, a closed terminal) is the
+    driver's to handle: it killed the workers, and the next batch failed with BrokenPipeError (reported as the reward
+    function's error, the step lost, exit status 1 instead of 143)."""
+    import signal
+
+    with VerifierPool(max_workers=1) as pool:  # one worker: it has answered, so it is past its start
+        assert pool.verify_many([("1/2", "0.5"), ("2", "2")]) == [C, C]
+        assert all(os.getpgid(pid) != os.getpgrp() for pid in pool.worker_pids)
+        pids = pool.worker_pids
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        assert wait_gone(pids, 5) == []
+        assert pool.verify_many([("1/2", "0.5"), ("2", "2")]) == [C, C]
+
+
 def test_close_stops_workers_and_refuses_work() -> None:
     with VerifierPool(max_workers=1) as pool:
         assert pool.verify("2", "2") == C

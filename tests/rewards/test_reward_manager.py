@@ -510,6 +510,28 @@ def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> Non
     assert wait_gone(worker_pids, 30) == []
 
 
+def test_pool_workers_leave_the_drivers_group_and_a_pool_whose_worker_died_idle_starts_again(
+    write_reward_file,
+) -> None:
+    """A signal to the launcher's process group (`timeout`, a closed terminal) is the driver's to handle: it killed the
+    workers; and a pool whose worker died between steps raised a bare BrokenProcessPool on every later call (no save
+    before the failed step, a traceback)."""
+    from verl.rewards.parallel import SequentialPool
+
+    path = write_reward_file("def main(sample):\n    return {'overall': 1.0}\n")
+    pool = SequentialPool(load_reward_function(path), 2)
+    try:
+        assert pool.score([{}] * 4) == [{"overall": 1.0}] * 4
+        pids = sorted(pool._worker_pids())
+        assert pids and all(os.getpgid(pid) != os.getpgrp() for pid in pids)
+        os.kill(pids[0], signal.SIGKILL)
+        assert wait_gone(pids[:1], 5) == []
+        time.sleep(0.5)  # the executor's manager thread marks the pool broken
+        assert pool.score([{}] * 4) == [{"overall": 1.0}] * 4
+    finally:
+        pool.close()
+
+
 def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_reward_file, tokenizer, tmp_path) -> None:
     # The trainer gives up on a hung reward after worker.reward.timeout_s and closes the pool before it reports the
     # error: the close must kill the stuck worker rather than wait for it.

@@ -13,7 +13,6 @@ import json
 import logging
 import multiprocessing
 import re
-import signal
 import threading
 import time
 import weakref
@@ -24,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from verl.rewards.parallel import exit_with_parent
+from verl.utils.child_signals import reset_child_signals, signals_held
 
 
 logger = logging.getLogger(__name__)
@@ -207,8 +207,8 @@ GRADERS = {"math_verify": grade_in_process, "mathruler": grade_with_mathruler}
 def _worker_main(conn: Connection) -> None:
     """A worker process. The pool sends (grader, answer, ground_truth) tuples (`GRADERS`) or None (stop); the worker
     replies ("ready", "") once math_verify is imported, or ("failed", reason), then a verdict value per task."""
-    # Ctrl-C in a terminal reaches the whole process group; the parent decides what happens to its workers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a signal to the driver's process group (Ctrl-C, `timeout`, a closed terminal) is the parent's to handle
+    reset_child_signals()
     try:
         # silence math_verify's warning that its timeouts are off (on purpose: the pool kills a hung worker)
         for name in ("math_verify", "latex2sympy2_extended"):
@@ -331,7 +331,8 @@ class VerifierPool:
         process = self._context.Process(
             target=_worker_main, args=(child_conn,), name="math-verify-worker", daemon=True
         )
-        process.start()
+        with signals_held():  # until the worker leaves the driver's process group, it holds the group's signals
+            process.start()
         child_conn.close()  # the parent keeps only its own end, so a dead worker reads as EOF
         return _Worker(process, parent_conn, deadline=time.monotonic() + WORKER_START_TIMEOUT_S)
 
@@ -392,7 +393,12 @@ class VerifierPool:
                         if pending and worker.ready and worker.task is None:
                             index = pending.popleft()
                             answer, ground_truth = pairs[index]
-                            worker.conn.send((grader, str(answer), str(ground_truth)))
+                            try:
+                                worker.conn.send((grader, str(answer), str(ground_truth)))
+                            except OSError:  # it died while idle (killed, or the OS's memory killer): a fresh one
+                                pending.appendleft(index)
+                                self._replace(worker)
+                                continue
                             worker.task, worker.deadline = index, time.monotonic() + timeout_s
                     self._wait_and_collect(verdicts, timeout_s)
             except (OSError, ValueError):

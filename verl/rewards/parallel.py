@@ -18,11 +18,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from verl.rewards.function import RewardFunction, RewardFunctionError, load_reward_function, score_sequential
+from verl.utils.child_signals import reset_child_signals, signals_held
 
 
 _worker_function: RewardFunction | None = None
@@ -52,8 +53,9 @@ def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any, stacks_dir: str) 
         os._exit(0)
     pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function, or ask where it is
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=False)
-    # Ctrl-C reaches the whole process group; the trainer decides (checkpoint, then close the pool).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a signal to the driver's process group (Ctrl-C, `timeout`, a closed terminal) is the trainer's to handle
+    # (checkpoint, then close the pool): the worker leaves the group and ignores the terminal's signals
+    reset_child_signals()
     threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
     _worker_function = load_reward_function(spec, kwargs)
 
@@ -137,8 +139,11 @@ class SequentialPool:
             return []
         # A few chunks per worker balance uneven per-sample cost without paying one round trip per sample.
         chunks = _split(len(samples), self.num_workers * 4)
-        executor = self._get_executor()
-        futures = [executor.submit(_score_chunk, start, list(samples[start:end])) for start, end in chunks]
+        try:
+            futures = self._submit(chunks, samples)
+        except BrokenProcessPool:  # a worker died while idle (it held no sample): a fresh pool scores them
+            self.close()
+            futures = self._submit(chunks, samples)
         scores: list[Any] = []
         try:
             for future in futures:
@@ -159,6 +164,11 @@ class SequentialPool:
                 "on the next call."
             ) from error
         return scores
+
+    def _submit(self, chunks: list[tuple[int, int]], samples: Sequence[Mapping[str, Any]]) -> list[Future]:
+        with signals_held():  # workers start on submit: until they leave the driver's group, they hold its signals
+            executor = self._get_executor()
+            return [executor.submit(_score_chunk, start, list(samples[start:end])) for start, end in chunks]
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
         """Stop the worker processes (they are restarted if the pool is used again). Queued chunks are cancelled; a
