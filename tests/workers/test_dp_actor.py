@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from tests.workers.fsdp_testing import grad_atol, init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
-from verl.algorithms.core_algos import compute_entropy_loss, compute_kl_loss, compute_policy_loss
+from verl.algorithms.core_algos import compute_entropy_loss, compute_kl_loss, compute_policy_loss, high_entropy_mask
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 
@@ -87,6 +87,7 @@ def reference_grads(model: torch.nn.Module, full, config) -> dict[str, torch.Ten
         config.clip_ratio_dual,
         config.loss_avg_mode,
         max_response_length=mask.shape[-1],
+        token_weights=high_entropy_mask(out["entropy"], mask, config.top_entropy_quantile),
     )
     entropy = compute_entropy_loss(out["entropy"], mask, config.loss_avg_mode, max_response_length=mask.shape[-1])
     loss = pg_loss - config.entropy_coeff * entropy
@@ -121,7 +122,14 @@ def check_log_probs(model, local, reference, modes=MODES, atol=1e-5) -> dict[str
 
 
 def check_gradients(
-    model, local, full, ref_model, modes=MODES, loss_avg_modes=("token-mean",), summed_scalars: tuple[str, ...] = ()
+    model,
+    local,
+    full,
+    ref_model,
+    modes=MODES,
+    loss_avg_modes=("token-mean",),
+    summed_scalars: tuple[str, ...] = (),
+    **overrides,
 ) -> None:
     """Every batching mode accumulates the gradient of the full batch's loss computed in one process, with the
     parameters gathered once per mini-batch (the CPU default) and, for the first mode, re-gathered per micro-batch.
@@ -135,11 +143,17 @@ def check_gradients(
     first = next(iter(modes))
     runs = [(name, mode, True) for name, mode in modes.items()] + [(f"{first}/per_micro_batch", modes[first], False)]
     for loss_avg_mode in loss_avg_modes:
-        expected = reference_grads(ref_model, full, actor_config(False, False, loss_avg_mode=loss_avg_mode))
+        expected = reference_grads(
+            ref_model, full, actor_config(False, False, loss_avg_mode=loss_avg_mode, **overrides)
+        )
         for name, (padding_free, dynamic), gather_once in runs:
             optimizer = recording_optimizer(model)
             config = actor_config(
-                padding_free, dynamic, loss_avg_mode=loss_avg_mode, fsdp=FSDPConfig(gather_once_per_pass=gather_once)
+                padding_free,
+                dynamic,
+                loss_avg_mode=loss_avg_mode,
+                fsdp=FSDPConfig(gather_once_per_pass=gather_once),
+                **overrides,
             )
             actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
             metrics = actor.update_policy(local, TEMPERATURE)
@@ -220,6 +234,8 @@ def _run_text_actor(rank: int, world_size: int, port: int, model_dir: str) -> No
     # every built-in aggregation: its normalisers count the whole mini-batch, whatever its micro-batches and ranks
     modes = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
     check_gradients(model, local, full, ref_model, loss_avg_modes=modes)
+    # top_entropy_quantile's tokens are the whole mini-batch's, over both ranks (each rank chose its own)
+    check_gradients(model, local, full, ref_model, {"padded": (False, False)}, top_entropy_quantile=0.2)
 
     for fsdp_size in (-1, 1):
         check_updates(model_config, full.chunk(world_size)[rank], rank, fsdp_size)
@@ -571,8 +587,8 @@ def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) ->
 
 
 def test_top_entropy_quantile_keeps_the_policy_gradient_of_the_high_entropy_tokens_only(model_root: str) -> None:
-    """actor.top_entropy_quantile=0.2: the gradient is that of the policy loss over the micro-batch's top-20% entropy
-    tokens, with the normaliser of all tokens; 1.0 is the plain loss."""
+    """actor.top_entropy_quantile=0.2: the gradient is that of the policy loss over the mini-batch's top-20% entropy
+    tokens, with the normaliser of all tokens, however the micro-batches split it; 1.0 is the plain loss."""
     from verl.algorithms.core_algos import high_entropy_mask
     from verl.models.config import ModelConfig
     from verl.models.loading import build_model
@@ -584,12 +600,12 @@ def test_top_entropy_quantile_keeps_the_policy_gradient_of_the_high_entropy_toke
     batch.batch["advantages"] = data.batch["advantages"]
     mask = data.batch["response_mask"]
 
-    def actor_grads(quantile: float) -> dict[str, torch.Tensor]:
+    def actor_grads(quantile: float, micro: int = 6, dynamic: bool = False) -> dict[str, torch.Tensor]:
         config = actor_config(
             True,
-            False,  # one micro-batch of all 6 rows: its entropy threshold is the whole batch's
+            dynamic,
             global_batch_size=6,
-            micro_batch_size_per_device_for_update=6,
+            micro_batch_size_per_device_for_update=micro,
             entropy_coeff=0.0,
             use_kl_loss=False,
             top_entropy_quantile=quantile,
@@ -624,8 +640,15 @@ def test_top_entropy_quantile_keeps_the_policy_gradient_of_the_high_entropy_toke
     assert 0 < kept.sum() < mask.sum()
     assert kept.sum().item() == pytest.approx(0.2 * mask.sum().item(), abs=1)
     assert entropy[kept.bool()].min() > entropy[mask.bool() & ~kept.bool()].max()
-    for quantile, expected in ((0.2, reference(kept)), (1.0, reference(None))):
-        got = actor_grads(quantile)
+    # the tokens are chosen over the mini-batch: micro-batches of 2 and dynamic ones keep the same (per micro-batch,
+    # the gradient moved by 99% between micro-batches of 8 and 4)
+    for quantile, micro, dynamic, expected in (
+        (0.2, 6, False, reference(kept)),
+        (0.2, 2, False, reference(kept)),
+        (0.2, 3, True, reference(kept)),
+        (1.0, 6, False, reference(None)),
+    ):
+        got = actor_grads(quantile, micro, dynamic)
         for name, grad in expected.items():
             torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-5 * grad.abs().max().item() + 1e-9)
     masked, plain = reference(kept), reference(None)

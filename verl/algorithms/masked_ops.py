@@ -5,7 +5,9 @@
 normaliser silently changes the algorithm."""
 
 import functools
+import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -48,15 +50,58 @@ def masked_whiten(
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, keep_fraction: float) -> torch.Tensor:
     """The float mask (B, L) of the response tokens whose entropy is at or above the (1 - `keep_fraction`) quantile of
     the entropies under `mask` ("Beyond the 80/20 Rule", arXiv 2506.01939; TRL's top_entropy_quantile): 1 keeps every
-    token, 0 only the highest-entropy one(s). Ties at the threshold are kept. No token under the mask: all zeros."""
+    token, 0 only the highest-entropy one(s). Ties at the threshold are kept. No token under the mask: all zeros.
+    This process's tokens alone; the actor takes the cut-off over every rank (`top_fraction_cutoff`)."""
     mask = mask.bool()
+    cutoff = top_fraction_cutoff(entropy.detach()[mask], keep_fraction, group=_ALONE)
+    return ((entropy.detach() >= cutoff) & mask).float()
+
+
+_ALONE = object()
+"""`top_fraction_cutoff`'s group for this process's values alone."""
+
+
+def top_fraction_cutoff(values: torch.Tensor, keep_fraction: float, group: Any = None, copies: int = 1) -> float:
+    """The cut-off that keeps the top `keep_fraction` of `values` over every rank of `group` (the values >= it): the
+    (1 - keep_fraction) quantile torch.quantile gives, 1 + floor(keep_fraction x (N - 1)) of the N values, ties at
+    the cut-off kept; -inf keeps all, inf (no values) none. Each rank of `group` holds its own values, `copies` ranks
+    the same ones (a sequence-parallel group; group None: every process); found by bisection on the counts above a candidate, so no rank gathers
+    the others' values (a mini-batch's response tokens can be hundreds of millions)."""
+    import torch.distributed as dist
+
+    alone = group is _ALONE or not (dist.is_available() and dist.is_initialized())
+    spread = not alone and dist.get_world_size(group) > 1  # group None: every process
+    local = values.detach().double().flatten()
+
+    def reduced(numbers: list[float] | torch.Tensor, op: Any = None) -> list[float]:
+        tensor = torch.as_tensor(numbers, dtype=torch.float64).cpu()  # a few numbers: the host's backend reduces them
+        if spread:
+            dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=group)
+        return tensor.tolist()
+
+    (total,) = reduced([local.numel() / copies])
+    if total == 0:
+        return math.inf
     if keep_fraction >= 1.0:
-        return mask.float()
-    values = entropy.detach().float()[mask]
-    if values.numel() == 0:
-        return torch.zeros_like(entropy, dtype=torch.float32)
-    threshold = torch.quantile(values, 1.0 - keep_fraction)
-    return ((entropy.detach().float() >= threshold) & mask).float()
+        return -math.inf
+    need = 1 + math.floor(keep_fraction * (total - 1))
+    low, high = (-math.inf, -math.inf) if local.numel() == 0 else (-local.min().item(), local.max().item())
+    max_op = dist.ReduceOp.MAX if spread else None
+    low, high = reduced([low, high], max_op)  # the smallest value (negated) and the largest, over the ranks
+    low = -low
+
+    def count_from(cutoff: float) -> float:
+        return reduced([(local >= cutoff).sum().item() / copies])[0]
+
+    if count_from(high) >= need:  # the largest value, with its ties, is enough
+        return high
+    # invariant: count_from(low) >= need > count_from(high); the cut-off is the largest value with count >= need
+    for _ in range(100):
+        middle = (low + high) / 2
+        if middle <= low or middle >= high:
+            break
+        low, high = (middle, high) if count_from(middle) >= need else (low, middle)
+    return low
 
 
 def loss_token_counts(response_mask: torch.Tensor) -> tuple[float, float]:

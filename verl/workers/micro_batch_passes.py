@@ -125,13 +125,17 @@ class MicroBatchPasses:
         micro_batch_loss: MicroBatchLoss,
         summed_metrics: Sequence[SummedMetric],
         constant_metrics: dict[str, float] | None = None,
+        prepare: Callable[[DataProto], None] | None = None,
     ) -> dict[str, float]:
         """ppo_epochs passes over the mini-batches of `data`, one optimizer step each (skipped on a non-finite gradient
-        norm); returns the mean of the `summed_metrics` (over all ranks), grad_norm, `constant_metrics` and lr."""
-        self.module.train()
+        norm); returns the mean of the `summed_metrics` (over all ranks), grad_norm, `constant_metrics` and lr.
+        `prepare(mini_batch)` runs before each mini-batch's micro-batches (a pass of its own over it, say)."""
         metrics: dict[str, list[float]] = defaultdict(list)
         for _ in range(self.config.ppo_epochs):
             for mini_batch in data.split(self.mini_batch_size):
+                if prepare is not None:
+                    prepare(mini_batch)
+                self.module.train()
                 update = self._update_mini_batch(mini_batch, micro_batch_loss, summed_metrics)
                 for name, value in {**update, **(constant_metrics or {})}.items():
                     metrics[name].append(value)

@@ -97,10 +97,13 @@ class ActorConfig:
     """Weight of the entropy bonus subtracted from the policy loss; 0 disables it."""
     top_entropy_quantile: float = 1.0
     """Fraction of response tokens, the highest-entropy ones, that the policy-gradient loss keeps ("Beyond the 80/20
-    Rule", arXiv 2506.01939, which keeps 0.2; TRL's top_entropy_quantile): in each micro-batch, the tokens whose entropy
-    (at the rollout temperature) is below the (1 - this) quantile of its response tokens' entropies get no policy
-    gradient (through gspo's and geo_mean's sequence ratio neither). They still count in the loss's normaliser (as in TRL), the entropy bonus and the KL loss. 1 keeps every
-    token (no entropy pass is added); 0 keeps only the highest-entropy token of each micro-batch."""
+    Rule", arXiv 2506.01939, which keeps 0.2; TRL's top_entropy_quantile): in each mini-batch (one optimizer step),
+    over every rank, the tokens whose entropy (at the rollout temperature) is below the (1 - this) quantile of its
+    response tokens' entropies get no policy gradient (through gspo's and geo_mean's sequence ratio neither). The
+    selection takes a forward pass of its own over the mini-batch (no gradient), so the micro-batch size, dynamic
+    batching and the number of ranks do not change it (TRL selects within each micro-batch). The tokens left out
+    still count in the loss's normaliser (as in TRL), the entropy bonus and the KL loss. 1 keeps every token (no
+    pass is added); 0 keeps only the mini-batch's highest-entropy token."""
     ppo_epochs: int = 1
     """Passes over each rollout batch. With 1 and global_batch_size = data.rollout_batch_size (one on-policy
     mini-batch) the old log-probs are the update forward's own, detached, and their separate forward is skipped,

@@ -20,9 +20,8 @@ from verl.algorithms.core_algos import (
     compute_kl_loss,
     compute_policy_loss,
     default_loss_avg_mode,
-    high_entropy_mask,
 )
-from verl.algorithms.masked_ops import masked_mean
+from verl.algorithms.masked_ops import masked_mean, top_fraction_cutoff
 from verl.models.moe import RouterStats
 from verl.protocol import DataProto
 from verl.utils import device as device_utils
@@ -165,12 +164,22 @@ class DataParallelPPOActor:
             ),
             tuple(metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss"),
             constant_metrics={"actor/kl_coef": config.kl_coef} if use_kl_loss else None,
+            prepare=partial(self._entropy_cutoff, temperature=temperature) if config.top_entropy_quantile < 1 else None,
         )
         if adaptive_entropy:
             metrics["actor/entropy_coeff"] = entropy_coeff
         if self.router_stats:
             metrics.update(self.router_stats.metrics(self.passes.group, device_utils.get_local_device()))
         return metrics
+
+    def _entropy_cutoff(self, mini_batch: DataProto, temperature: float) -> None:
+        """top_entropy_quantile: the entropy the mini-batch's selected tokens reach, over its response tokens on every
+        rank (a pass of its own before the update's: the micro-batches, dynamic batching and the ranks do not change
+        which tokens are selected)."""
+        entropy = self.passes.compute(mini_batch, self._token_head(temperature, calculate_entropy=True))["entropy"]
+        values = entropy[mini_batch.batch["response_mask"].bool()]
+        keep, passes = self.config.top_entropy_quantile, self.passes
+        self.entropy_cutoff = top_fraction_cutoff(values, keep, passes.group, copies=passes.sp_size)
 
     def _micro_batch_loss(
         self,
@@ -204,8 +213,8 @@ class DataParallelPPOActor:
         log_probs = out["log_probs"]
         old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else log_probs.detach()
         token_weights = batch["rollout_is_weights"] if "rollout_is_weights" in batch.keys() else None
-        if select_tokens:  # only the micro-batch's highest-entropy tokens keep their policy gradient
-            kept = high_entropy_mask(out["entropy"], response_mask, config.top_entropy_quantile)
+        if select_tokens:  # only the mini-batch's highest-entropy tokens keep their policy gradient
+            kept = ((out["entropy"].detach() >= self.entropy_cutoff) & response_mask.bool()).float()
             token_weights = kept if token_weights is None else token_weights * kept
         pg_loss, pg_metrics = compute_policy_loss(
             old_log_probs=old_log_probs,
