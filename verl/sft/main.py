@@ -36,6 +36,7 @@ from verl.trainer.checkpointing import (
     check_written_by,
     checkpoint_size_estimate,
     log_checkpoint_plan,
+    nothing_to_train,
     resume_hint,
     resume_path,
     save_step,
@@ -148,6 +149,8 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         if resume is not None:
             check_written_by(resume, "sft")
             check_matches_run(resume, model.model_path, model.lora, "worker.model")
+    if nothing_to_train(resume, total_steps, "trainer.max_steps, or trainer.total_epochs over the data"):
+        return {}  # a finished run's command again: it neither trains past max_steps nor exports again
     with as_config_error(ValueError):  # online logging asked for explicitly, and its service cannot be reached
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
     weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]

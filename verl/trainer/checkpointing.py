@@ -421,6 +421,22 @@ def step_of(path: str) -> int:
     return int(match.group(1))
 
 
+def nothing_to_train(resumed: str | None, total_steps: int, totals: str) -> bool:
+    """True (with a warning) when the checkpoint a run resumes from (`resumed`) is already at its last step, as when a
+    finished run's command runs again; `totals` names the keys that set `total_steps`."""
+    if resumed is None or step_of(resumed) < total_steps:
+        return False
+    logger.warning(
+        "Nothing to train: the run resumes from %s, at step %d, and trains %d step(s) in all (%s). Raise them to "
+        "train further, or set trainer.save_checkpoint_path to another folder to start a new run.",
+        resumed,
+        step_of(resumed),
+        total_steps,
+        totals,
+    )
+    return True
+
+
 def save_step(
     save_root: str,
     step: int,

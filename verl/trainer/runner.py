@@ -22,6 +22,7 @@ from verl.trainer.checkpointing import (
     check_written_by,
     checkpoint_size_estimate,
     log_checkpoint_plan,
+    nothing_to_train,
     resume_path,
     step_of,
 )
@@ -349,7 +350,8 @@ def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[s
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err
     total_steps = count_training_steps(config, len(train_dataloader))
-    if _nothing_to_train(config, resumed, total_steps):
+    totals = "trainer.max_steps, or trainer.total_epochs over the data"
+    if not config.trainer.val_only and nothing_to_train(resumed, total_steps, totals):  # val_only: validates it
         return {}
     warmup = config.trainer.critic_warmup
     if warmup >= total_steps:  # with max_steps the config refuses it; total_epochs' count is known only now
@@ -439,22 +441,6 @@ def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             write_timeline(trainer_config.ray_timeline)
         workers.shutdown()
         _release(reward_fn, judge)
-
-
-def _nothing_to_train(config: PPOConfig, resumed: str | None, total_steps: int) -> bool:
-    """True (with a warning) when the checkpoint the run resumes from (`resumed`) is already at its last step, as
-    when a finished run's command runs again (a validation-only run validates the checkpoint)."""
-    if config.trainer.val_only or resumed is None or step_of(resumed) < total_steps:
-        return False
-    logger.warning(
-        "Nothing to train: the run resumes from %s, at step %d, and trains %d step(s) in all (trainer.max_steps, or "
-        "trainer.total_epochs over the data). Raise them to train further, or set trainer.save_checkpoint_path to "
-        "another folder to start a new run.",
-        resumed,
-        step_of(resumed),
-        total_steps,
-    )
-    return True
 
 
 def checkpoint_size(config: PPOConfig) -> int | None:
