@@ -164,7 +164,9 @@ class DataParallelPPOActor:
             ),
             tuple(metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss"),
             constant_metrics={"actor/kl_coef": config.kl_coef} if use_kl_loss else None,
-            prepare=partial(self._entropy_cutoff, temperature=temperature) if config.top_entropy_quantile < 1 else None,
+            prepare=partial(self._entropy_cutoff, temperature=temperature)
+            if config.top_entropy_quantile < 1
+            else None,
         )
         if adaptive_entropy:
             metrics["actor/entropy_coeff"] = entropy_coeff
