@@ -37,6 +37,7 @@ from typing import Any
 
 from verl.models.config import WEIGHT_FILE_SUFFIXES
 from verl.models.transformers_compat import save_model_folder
+from verl.utils.files import open_as_umask
 from verl.utils.hub import safetensors_files
 
 
@@ -143,6 +144,7 @@ def merge_lora(
         with open(os.path.join(target_dir, "adapter_config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2, sort_keys=True)
         _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))
+        open_as_umask(target_dir)  # safetensors writes 0600
         return target_dir
     base_path = base_model or adapter_config.get("base_model_name_or_path")
     if not base_path:

@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         "--log_dir", required=True, help="the run's folder (trainer.save_checkpoint_path), or its experiment_log.jsonl"
     )
     parser.add_argument("--output", required=True, help="the image to write (.png, .pdf, .svg, ...)")
-    parser.add_argument("--accuracy_key", default="val/accuracy_reward", help="the validation metric to plot")
+    parser.add_argument(
+        "--accuracy_key",
+        help="the validation metric to plot (default: val/accuracy_reward, else val/reward_score where the reward "
+        "has no accuracy key)",
+    )
     parser.add_argument("--reward_key", default="critic/score/mean", help="the training metric to plot")
     args = parser.parse_args(argv)
     try:
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot_metrics: {err}", file=sys.stderr)
         return 2
     logged = sorted({key for row in rows for key in row})
+    if args.accuracy_key is None:
+        args.accuracy_key = "val/accuracy_reward" if "val/accuracy_reward" in logged else "val/reward_score"
     for option, key in (("--reward_key", args.reward_key), ("--accuracy_key", args.accuracy_key)):
         if key not in logged and (option == "--reward_key" or any(name.startswith("val/") for name in logged)):
             print(f"plot_metrics: {option} {key} is not in the log; its metrics: {', '.join(logged)}", file=sys.stderr)

@@ -76,3 +76,12 @@ def test_a_resumed_runs_redone_steps_replace_the_logged_ones(tmp_path):
     rows = script.by_step(script.read_rows(str(tmp_path)))
     assert [(row["step"], row["critic/score/mean"]) for row in rows] == [(1, 0.1), (2, 0.2), (3, 3.5), (4, 4.5)]
     assert rows[1]["val/accuracy_reward"] == 0.25
+
+
+def test_a_reward_without_an_accuracy_key_plots_the_validation_score(tmp_path, capsys):
+    """A TRL-style reward logs no val/accuracy_reward: the default plots val/reward_score instead of exiting 2."""
+    script = load_script()
+    rows = [{"step": 0, "val/reward_score": 0.2}, {"step": 1, "critic/score/mean": 0.3, "val/reward_score": 0.4}]
+    (tmp_path / "experiment_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "a.png")]) == 0
+    assert "val accuracy: first 0.200, last 0.400 (2 validations)" in capsys.readouterr().out

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/../.."
 python3 -m verl.trainer.main config=examples/config.yaml \
     data.train_files=data/or1/train.jsonl \
     data.val_files= \
+    trainer.val_freq=-1 \
     data.format_prompt=null \
     data.prompt_key=prompt \
     data.answer_key=answer \

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/../.."
 python3 -m verl.trainer.main config=examples/config.yaml \
     data.train_files=Salesforce/xlam-function-calling-60k@train \
     data.val_files= \
+    trainer.val_freq=-1 \
     data.format_prompt=null \
     data.prompt_key=query \
     data.answer_key=answers \

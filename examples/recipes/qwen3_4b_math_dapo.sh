@@ -16,6 +16,7 @@ python3 -m verl.trainer.main config=examples/config.yaml \
     data.train_files=open-r1/DAPO-Math-17k-Processed/en@train \
     'data.chat_template_kwargs={enable_thinking: false}' \
     data.val_files= \
+    trainer.val_freq=-1 \
     data.prompt_key=prompt \
     data.answer_key=solution \
     data.format_prompt=./examples/format_prompt/dapo.jinja \

@@ -47,3 +47,17 @@ def test_qwen3_vl_moe_experts_are_saved_in_the_module_layout_and_loaded_from_the
     assert torch.equal(checkpoint_layout("qwen3_vl_moe", name, module_tensor), stored)
     assert torch.equal(checkpoint_layout("qwen3_moe", name, module_tensor), module_tensor)
     assert revert_weight_conversion(model, {name: module_tensor.detach()})[name].shape == module_tensor.shape
+
+
+def test_model_folders_are_readable_as_the_umask_allows(tmp_path) -> None:
+    """safetensors writes its files 0600: an export (the merger's, SFT's) could not be read by a server or a
+    colleague under another user on a shared cluster."""
+    import os
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    folder = get_or_build_tiny_model("qwen2", str(tmp_path))
+    mask = os.umask(0)
+    os.umask(mask)
+    weights = [name for name in os.listdir(folder) if name.endswith(".safetensors")]
+    assert weights and all(os.stat(os.path.join(folder, name)).st_mode & 0o777 == 0o666 & ~mask for name in weights)

@@ -97,3 +97,21 @@ def test_a_client_or_job_api_address_is_refused_and_local_starts_a_ray_of_its_ow
         result = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, timeout=180, env=env)
         assert result.returncode == 1 and "ray.init" not in result.stderr
         assert f"SetupError: RAY_ADDRESS={address} is a Ray Client or job-submission address" in result.stderr
+
+
+def test_a_config_error_without_a_config_file_says_so_with_the_usage(capsys):
+    """`python -m verl.trainer.main` alone failed on the built-in defaults (grpo needs rollout.n > 1) with no word
+    that no config=FILE was given."""
+    from verl.trainer.config import PPOConfig
+    from verl.utils.cli import load_config_or_exit
+    from verl.utils.config import ConfigError
+
+    def refuse(argv):
+        raise ConfigError("worker.rollout.n must be > 1")
+
+    assert load_config_or_exit([], "usage: train config=FILE", None, PPOConfig, refuse) == 2
+    err = capsys.readouterr().err
+    assert "Config error: worker.rollout.n must be > 1" in err and "No config=FILE was given" in err
+    assert err.rstrip().endswith("usage: train config=FILE")
+    assert load_config_or_exit(["config=x.yaml"], "usage: train config=FILE", None, PPOConfig, refuse) == 2
+    assert "No config=FILE" not in capsys.readouterr().err

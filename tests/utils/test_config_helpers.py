@@ -62,6 +62,13 @@ def test_paths_and_datasets(tmp_path):
     require_data_files(Section(path="org/dataset@train"), "s.", "path")
     with pytest.raises(ConfigError, match=r"'s.path' points to 'nope.jsonl', which does not exist"):
         require_data_files(Section(path="nope.jsonl"), "s.", "path")
+    # examples/config.yaml's ./examples/... paths read from another folder: the message says from where
+    with pytest.raises(
+        ConfigError, match=r"'\./nope\.jinja', which does not exist \(relative to the working directory /"
+    ):
+        require_path(Section(path="./nope.jinja"), "s.", "path", "file")
+    with pytest.raises(ConfigError, match=r"which does not exist; give an existing file"):
+        require_path(Section(path=str(tmp_path / "nope.jinja")), "s.", "path", "file")
 
 
 @dataclass

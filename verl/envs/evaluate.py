@@ -649,14 +649,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--image-key", default="images", help="a row's list of images (paths), for a VL model")
     add("--image-dir", help="where relative image paths are (default: --data's folder)")
-    add("--base-url", default="http://127.0.0.1:8000/v1")
+    add("--base-url", default="http://127.0.0.1:8000/v1", help="the endpoint (default: %(default)s)")
     add("--model", help="model id (default: the endpoint's first)")
     add(
         "--tokenizer",
         help="the model's tokenizer (folder or hub name): its chat template renders the prompt a reward function gets "
         "as `prompt`, as in training (default: the served model where its id is a local folder; else the row's text)",
     )
-    add("--max-turns", type=int, default=4)
+    add("--max-turns", type=int, default=4, help="model turns an episode may take (default: %(default)s)")
     add(
         "--max-tokens",
         type=int,
@@ -669,7 +669,12 @@ def _parser() -> argparse.ArgumentParser:
         help="most tokens after the prompt, all turns together (the model's and the environment's), as training's "
         "data.max_response_length, counted by the endpoint: spending it ends the episode truncated",
     )
-    add("--temperature", type=float, default=0.0)
+    add(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sampling temperature (default: %(default)s, greedy; training samples at worker.rollout.temperature)",
+    )
     add("--timeout", type=float, default=300.0, help="seconds one request may take before it is tried again")
     add("--max-retries", type=int, default=2, help="how often a request that failed or timed out is tried again")
     add(

@@ -34,9 +34,13 @@ def checkpoint_layout(model_type: str | None, name: str, tensor: Any) -> Any:
 
 def save_model_folder(model: Any, model_dir: str, **kwargs: Any) -> None:
     """`model.save_pretrained(model_dir, **kwargs)` with its weights in `checkpoint_layout`: every model folder the
-    project writes (tiny models, the SFT export, the merger) loads into vLLM and transformers as the hub's would."""
+    project writes (tiny models, the SFT export, the merger) loads into vLLM and transformers as the hub's would, its
+    files readable as the umask allows (0644, not safetensors' 0600)."""
+    from verl.utils.files import open_as_umask
+
     model.save_pretrained(model_dir, **kwargs)
     write_checkpoint_layout(model_dir)
+    open_as_umask(model_dir)  # safetensors writes 0600: a server under another user could not read the export
 
 
 def write_checkpoint_layout(model_dir: str) -> None:

@@ -61,6 +61,11 @@ def load_config_or_exit(
     except (ConfigError, NotImplementedError) as err:
         kind = "Config error" if isinstance(err, ConfigError) else "Not implemented"
         print(f"{kind}: {err}", file=sys.stderr)
+        if not any(arg.startswith("config=") for arg in argv):  # the built-in defaults alone are no whole run
+            print(
+                f"(No config=FILE was given: the run is the built-in defaults and the keys on the command line.)\n{usage}",
+                file=sys.stderr,
+            )
         return 2
     if dry_run:
         print(to_yaml(config), end="")

@@ -435,7 +435,12 @@ def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow
             setattr(section, name, hub_folder(path, key))
         return  # a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
     if not os.path.exists(os.path.expanduser(path)):
-        raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
+        where = (
+            "" if os.path.isabs(os.path.expanduser(path)) else f" (relative to the working directory {os.getcwd()})"
+        )
+        raise ConfigError(
+            f"Config key '{key}' points to '{path}', which does not exist{where}; give an existing {kind}."
+        )
     is_kind = {"directory": os.path.isdir, "file": os.path.isfile}.get(kind)
     if is_kind is not None and not is_kind(path):
         raise ConfigError(f"Config key '{key}' points to '{path}', which is not a {kind}.")

@@ -30,6 +30,17 @@ def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = Fal
             os.remove(tmp)
 
 
+def open_as_umask(folder: str) -> None:
+    """Give the files in `folder` the mode the process's umask gives new files (0644 under the usual 022): safetensors
+    writes its files 0600, so another user (a server, a colleague on a shared cluster) could not read an export."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.chmod(path, 0o666 & ~mask)
+
+
 def read_text_file(path: str, key: str) -> str:
     """The UTF-8 text of the file that config key `key` names; FileNotFoundError or ValueError naming both."""
     if not os.path.isfile(path):
