@@ -38,6 +38,25 @@ def clashing(sample):
 """
 
 
+def scored_batch(tokenizer, responses: list[str]) -> DataProto:
+    """A rollout batch of PROMPT with each of `responses`, right-padded, no ground truth."""
+    rows = [tokenizer.encode(text) for text in responses]
+    response_ids = torch.full((len(rows), max(4, *map(len, rows))), tokenizer.pad_token_id)
+    response_mask = torch.zeros_like(response_ids)
+    for row, ids in enumerate(rows):
+        response_ids[row, : len(ids)], response_mask[row, : len(ids)] = torch.tensor(ids, dtype=torch.long), 1
+    prompt_ids = torch.tensor([tokenizer.encode(PROMPT)] * len(rows))
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": response_ids,
+            "response_mask": response_mask,
+            "attention_mask": torch.cat([torch.ones_like(prompt_ids), response_mask], dim=-1),
+        },
+        non_tensors={"ground_truth": np.array([None] * len(rows), dtype=object)},
+    )
+
+
 class FixedJudge:
     """A stand-in for JudgeActor's `grade` (the real judge runs in tests/rewards/test_llm_judge.py): the
     combination only reads its three columns."""
@@ -60,23 +79,7 @@ def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -
     (tmp_path / "rule.py").write_text(RULE)
     config = RewardConfig(reward_function=f"{tmp_path / 'rule.py'}:compute_score", rule_weight=0.5)
     config.judge.weight = 2.0
-    responses = [tokenizer.encode(text) for text in ("3", "hello", "")]
-    width = 4
-    response_ids = torch.full((3, width), tokenizer.pad_token_id)
-    response_mask = torch.zeros((3, width), dtype=torch.long)
-    for row, ids in enumerate(responses):
-        response_ids[row, : len(ids)] = torch.tensor(ids)
-        response_mask[row, : len(ids)] = 1
-    prompt_ids = torch.tensor([tokenizer.encode(PROMPT)] * 3)
-    batch = DataProto.from_dict(
-        tensors={
-            "prompts": prompt_ids,
-            "responses": response_ids,
-            "response_mask": response_mask,
-            "attention_mask": torch.cat([torch.ones_like(prompt_ids), response_mask], dim=-1),
-        },
-        non_tensors={"ground_truth": np.array([None] * 3, dtype=object)},
-    )
+    batch = scored_batch(tokenizer, ["3", "hello", ""])
     rule_actor = ActorReward(create_reward_actor(config, model))
     judge = ray.remote(FixedJudge).remote()
     try:
@@ -121,21 +124,7 @@ def test_judge_strip_reasoning_reaches_the_judge(local_ray, tmp_path, strip_reas
     tokenizer = AutoTokenizer.from_pretrained(model)
     config = RewardConfig()
     config.judge.strip_reasoning = strip_reasoning
-    rows = [tokenizer.encode(text) for text in ("<think>so</think>42", "42")]
-    response_ids = torch.full((2, max(map(len, rows))), tokenizer.pad_token_id)
-    response_mask = torch.zeros_like(response_ids)
-    for row, ids in enumerate(rows):
-        response_ids[row, : len(ids)], response_mask[row, : len(ids)] = torch.tensor(ids), 1
-    prompt_ids = torch.tensor([tokenizer.encode(PROMPT)] * 2)
-    batch = DataProto.from_dict(
-        tensors={
-            "prompts": prompt_ids,
-            "responses": response_ids,
-            "response_mask": response_mask,
-            "attention_mask": torch.cat([torch.ones_like(prompt_ids), response_mask], dim=-1),
-        },
-        non_tensors={"ground_truth": np.array([None] * 2, dtype=object)},
-    )
+    batch = scored_batch(tokenizer, ["<think>so</think>42", "42"])
     judge = ray.remote(AnswerJudge).remote()
     try:
         _, columns = BatchScorer(config, tokenizer, None, None, judge, lambda handle, part: ray.get(handle)).score(
