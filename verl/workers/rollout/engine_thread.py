@@ -153,6 +153,9 @@ class EngineThread:
                     future.set_result(fn())
                 except BaseException as error:  # the caller gets it; the thread goes on
                     future.set_exception(error)
+            # a task's closure may hold what it worked on (the pool's received weights: a whole model): not kept
+            # alive until the next task comes
+            tasks = fn = future = None
             with self.cond:
                 waiting_for_env = self.prepare()
             if not engine.has_unfinished_requests():

@@ -126,12 +126,15 @@ class RolloutWorker(Worker):
         weights, stats = sinks.receive_weights(self.transfer_group, self.device)
         received = time.perf_counter()
 
-        def load(weights: list[Any] = weights) -> float:
+        def load() -> float:
             paused = time.perf_counter()
             self._suspend()  # the running samples continue from their tokens after the load
             if self.rollout.engine_leader is not None:  # the peers load their own copy at this same point
                 self.rollout.engine_leader.send("load")
-            sinks.EngineLoader(self.rollout.inference_engine).load(iter(weights))
+            try:
+                sinks.EngineLoader(self.rollout.inference_engine).load(iter(weights))
+            finally:
+                weights.clear()  # the received copy is freed once loaded, before the next one comes
             vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
             self.version = self.engine.version = version
             return time.perf_counter() - paused
