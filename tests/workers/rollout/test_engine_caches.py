@@ -91,3 +91,22 @@ def test_weight_sync_direct_falls_back_to_the_loader_where_the_engine_repacks(ro
         manager.release()
     finally:
         rollout.config = config
+
+
+def test_a_reset_while_a_request_holds_blocks_is_an_error(rollout) -> None:
+    """vLLM keeps the prefix cache (False and a log line) while a request holds KV blocks: the request would go on from
+    KV of the old weights. Every caller stops its requests first; one that does not is told so."""
+    from vllm import SamplingParams
+
+    from verl.workers.rollout import vllm_compat
+
+    engine = rollout.inference_engine.llm_engine
+    prompt = [100 + (i * 11) % 1000 for i in range(64)]
+    engine.add_request("held", {"prompt_token_ids": prompt}, SamplingParams(max_tokens=50))
+    engine.step()  # prefilled: the request holds its blocks
+    try:
+        with pytest.raises(RuntimeError, match="vLLM kept its prefix cache after a weight update"):
+            vllm_compat.reset_caches_after_weight_update(rollout.inference_engine)
+    finally:
+        engine.abort_request(["held"])
+    vllm_compat.reset_caches_after_weight_update(rollout.inference_engine)  # nothing running: it resets

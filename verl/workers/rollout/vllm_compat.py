@@ -401,8 +401,15 @@ def lora_base_layer_names(
 def reset_caches_after_weight_update(llm: Any) -> None:
     """Drop what the engine computed with the old weights: prefix-cache KV blocks (stale ones give wrong tokens) and
     vision encoder outputs, with the scheduler's record of them that `reload_weights` leaves ("Encoder cache miss"):
-    `LLMEngine.reset_encoder_cache` (not on `LLM`) clears both."""
-    llm.reset_prefix_cache()
+    `LLMEngine.reset_encoder_cache` (not on `LLM`) clears both. vLLM keeps the prefix cache (returns False, with a
+    log line) while a request holds blocks: every caller stops its requests first, and one that did not would
+    generate from KV computed with the old weights, so that is an error."""
+    if llm.reset_prefix_cache() is False:
+        raise RuntimeError(
+            "vLLM kept its prefix cache after a weight update because requests were still running: they would go on "
+            "from KV blocks computed with the old weights. The engine's requests must be stopped before a weight "
+            "update; this is a bug in the caller."
+        )
     llm.llm_engine.reset_encoder_cache()
 
 
