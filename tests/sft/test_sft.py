@@ -387,15 +387,21 @@ def test_a_setting_sft_leaves_off_is_warned_about(tmp_path, caplog) -> None:
     assert "has no effect" not in caplog.text
 
 
-def test_a_finished_runs_command_again_has_nothing_to_train_and_stops_before_ray(models, tmp_path, caplog) -> None:
+def test_a_finished_runs_command_again_has_nothing_to_train_and_stops_before_ray(
+    models, tmp_path, caplog, monkeypatch
+) -> None:
     """As RL: a checkpoint already at the run's last step (its command run again, or a lower max_steps) is said and
     nothing starts (SFT started Ray, trained nothing or past max_steps, and exported the step-2 model again)."""
     import shutil
 
-    import ray
-
     from verl.sft.config import load_sft_config
     from verl.sft.main import run_sft
+    from verl.trainer import ray_setup
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(ray_setup, "start_ray", no_ray)  # the module's Ray may be up already (local_ray)
 
     write_conversations(tmp_path / "train.jsonl", 16, seed=0)
     write_conversations(tmp_path / "val.jsonl", 2, seed=1)
@@ -407,7 +413,7 @@ def test_a_finished_runs_command_again_has_nothing_to_train_and_stops_before_ray
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         assert run_sft(load_sft_config([*args, "trainer.max_steps=1"])) == {}
     assert f"Nothing to train: the run resumes from {done}, at step 2, and trains 1 step(s)" in caplog.text
-    assert not ray.is_initialized() and not (tmp_path / "run" / "huggingface").exists()
+    assert not (tmp_path / "run" / "huggingface").exists()
 
 
 def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_path) -> None:

@@ -116,8 +116,9 @@ def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -
 
 def response_token_ids(data: DataProto) -> list[list[int]]:
     """Each row's valid response tokens: the model's and, in multi-turn episodes, the environment's."""
-    responses = data.batch["responses"]
-    tokens = data.batch["attention_mask"][:, -responses.shape[-1] :].bool() | valid_response_mask(data)
+    responses, tokens = data.batch["responses"], valid_response_mask(data)
+    if "attention_mask" in data.batch.keys():  # the environment's tokens: attended, out of the loss
+        tokens = tokens | data.batch["attention_mask"][:, -responses.shape[-1] :].bool()
     return [row[mask].tolist() for row, mask in zip(responses, tokens)]
 
 
