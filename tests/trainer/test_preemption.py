@@ -24,7 +24,7 @@ from verl.trainer.preemption import StopRequest, TrainingInterrupted, stop_the_f
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_first_signal_is_recorded_and_handlers_are_restored():
+def test_first_signal_is_recorded_and_handlers_are_restored(monkeypatch):
     before = signal.getsignal(signal.SIGTERM)
     stop = StopRequest(grace_s=60)
     with stop.installed():
@@ -36,6 +36,18 @@ def test_first_signal_is_recorded_and_handlers_are_restored():
     assert not StopRequest(grace_s=0).within_grace()  # no signal yet
     message = str(TrainingInterrupted(signal.SIGTERM, 7, "/ckpt/global_step_7"))
     assert "Stopped by SIGTERM after step 7; checkpoint saved to /ckpt/global_step_7" in message
+    # trainer.signal_grace_s=0 saves nothing on purpose: not a grace period that ran out
+    from verl.trainer import preemption
+
+    monkeypatch.setattr(preemption.os, "getpgrp", lambda: -1)  # as if not leading a group: no teardown timer
+    monkeypatch.setattr(preemption, "_stopped", [])
+    never = StopRequest(grace_s=0)
+    with never.installed():
+        never._handle(signal.SIGTERM, None)
+        with pytest.raises(
+            TrainingInterrupted, match=r"after step 2; no checkpoint saved \(trainer.signal_grace_s=0\)"
+        ):
+            never.stop(2, True, lambda: pytest.fail("saved"), "/ckpt")
 
 
 def test_a_stop_that_is_not_a_signal_reaches_only_a_running_fit_loop():

@@ -45,12 +45,19 @@ class TrainingInterrupted(BaseException):
     saving `checkpoint` (or None). A BaseException, like KeyboardInterrupt, so no `except Exception` anywhere may
     swallow it."""
 
-    def __init__(self, signum: int, step: int | None, checkpoint: str | None, cause: str | None = None) -> None:
+    def __init__(
+        self,
+        signum: int,
+        step: int | None,
+        checkpoint: str | None,
+        cause: str | None = None,
+        unsaved: str = "grace period over",
+    ) -> None:
         name = f"by {signal.Signals(signum).name}" if cause is None else f"because {cause}"
         if step is None:  # outside the fit loop: while starting, before any step
             message = f"Stopped {name} outside the training loop; the checkpoints on disk are as they were."
         else:
-            saved = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint saved (grace period over)"
+            saved = f"checkpoint saved to {checkpoint}" if checkpoint else f"no checkpoint saved ({unsaved})"
             message = f"Stopped {name} after step {step}; {saved}."
         super().__init__(f"{message} Run the same command again to resume.")
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
@@ -130,7 +137,8 @@ class StopRequest:
             save()
             unsaved = False
         latest = None if unsaved or step == 0 else step_dir(save_root, step)
-        interrupted = TrainingInterrupted(self.signum, step, latest, self.cause)
+        why = "trainer.signal_grace_s=0" if self.grace_s <= 0 else "grace period over"
+        interrupted = TrainingInterrupted(self.signum, step, latest, self.cause, why)
         _stopped.append(interrupted)
         self.stopped = True
         if self.exit_at_once:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
