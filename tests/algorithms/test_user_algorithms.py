@@ -226,6 +226,16 @@ def test_a_file_that_fails_to_import_says_why(files):
     (files / "broken.py").write_text("import not_a_module_anywhere\n")
     with pytest.raises(ConfigError, match=r"importing .*broken.py failed with ModuleNotFoundError"):
         load_config([*base_args(files), f"worker.actor.loss_type={files / 'broken.py'}:f"])
+    # sys.exit() at import ended the config check with status 0 and no word, as if the run had succeeded
+    (files / "exits.py").write_text("import sys\nsys.exit(0)\ndef f(x):\n    return x.log_ratio\n")
+    with pytest.raises(ConfigError, match=r"importing .*exits.py failed with SystemExit"):
+        load_config([*base_args(files), f"worker.actor.loss_type={files / 'exits.py'}:f"])
+    # a builtin has no Python signature to check (a raw ValueError traceback)
+    (files / "builtin.py").write_text("import torch\nkl = torch.sub\n")
+    with pytest.raises(ConfigError, match=r"'kl' in .*builtin.py has no Python signature .*define a Python function"):
+        load_config(
+            [*base_args(files), f"algorithm.kl_penalty={files / 'builtin.py'}:kl", "algorithm.use_kl_loss=true"]
+        )
 
 
 # ------------------------------------------------------------------------------------------------ run-time checks
@@ -246,6 +256,8 @@ def write_bad_functions(path) -> str:
         "    return x.log_ratio[x.missing]\n"
         "def no_scalar(token_sums, token_counts, num_tokens, num_seqs, max_response_length):\n"
         "    return token_sums\n"
+        "def exits(token_level_rewards, response_mask, index):\n"
+        "    raise SystemExit('all rewards are zero')\n"
     )
     return str(path)
 
@@ -284,6 +296,9 @@ def test_wrong_shape_or_non_finite_output_names_file_function_and_step(files):
     where = str(error.value).split("Where it raised (most recent call last):\n")[1].splitlines()
     assert where[0] == f'  File "{path}", line 11, in raises' and where[-1].startswith("AttributeError: "), where
     assert "at training step 4" in str(error.value)
+    # sys.exit() in a user function escaped unnamed (in a worker: an actor that died)
+    with training_step(5), pytest.raises(AlgorithmFunctionError, match=r"exits in .* raised SystemExit \(all rewards"):
+        core_algos.compute_advantage_return(f"{path}:exits", **batch())
 
 
 # ------------------------------------------------------------------------------------------------ the examples

@@ -224,6 +224,41 @@ def test_a_file_s_check_setup_runs_before_training_with_the_kwargs(write_reward_
         check_reward_function(f"{path}:score", {"backend": "remote"})
 
 
+def test_check_setup_is_the_files_own_whatever_the_function_is(write_reward_file, tmp_path) -> None:
+    """check_setup was read from the function's globals: a functools.partial or a callable object (which load and
+    score) crashed the config check with an AttributeError, and a function imported from a library ran the library's
+    check_setup instead of the file's. A check_setup that takes none of the kwargs says so."""
+    (tmp_path / "scoring_lib.py").write_text("def score(sample):\n    return {'overall': 1.0}\n")
+    imported = write_reward_file(
+        f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom scoring_lib import score\n"
+        "def check_setup(**kwargs):\n    raise RuntimeError('the sandbox is missing')\n",
+        "imported.py",
+    )
+    with pytest.raises(RewardFunctionLoadError, match="cannot run on this machine: the sandbox is missing"):
+        check_reward_function(f"{imported}:score")
+    forms = write_reward_file(
+        "import functools\n"
+        "def _score(sample, weight):\n    return {'overall': weight}\n"
+        "partial_score = functools.partial(_score, weight=0.5)\n"
+        "class Scorer:\n    def __call__(self, sample):\n        return {'overall': 0.25}\n"
+        "object_score = Scorer()\n"
+        "class AsyncScorer:\n    async def __call__(self, sample):\n        return {'overall': 0.75}\n"
+        "async_object_score = AsyncScorer()\n",
+        "forms.py",
+    )
+    for name, value in (("partial_score", 0.5), ("object_score", 0.25), ("async_object_score", 0.75)):
+        check_reward_function(f"{forms}:{name}")
+        loaded = load_reward_function(f"{forms}:{name}")
+        assert score_sequential(loaded, [{}, {}]) == [{"overall": value}] * 2, name
+    strict = write_reward_file(
+        "def check_setup():\n    pass\ndef score(sample, weight=1.0):\n    return {'overall': weight}\n", "strict.py"
+    )
+    with pytest.raises(
+        RewardFunctionLoadError, match=r"check_setup in .*strict.py cannot take .*\(weight\).*\*\*kwargs"
+    ):
+        check_reward_function(f"{strict}:score", {"weight": 0.5})
+
+
 def test_two_files_with_the_same_function_name_stay_apart(write_reward_file) -> None:
     first = load_reward_function(write_reward_file("def main(s):\n    return {'overall': 1.0}\n", "a.py"))
     second = load_reward_function(write_reward_file("def main(s):\n    return {'overall': 2.0}\n", "b.py"))

@@ -110,6 +110,52 @@ def test_a_rubric_combines_its_parts_by_weight(make_batch, write_reward_file, to
     assert columns["reward/accuracy"] == [1.0, 0.0]
 
 
+STRIPPING = """
+def score(sample):
+    sample["response"] = sample["response"].replace("<b>", "")  # changes its input in place
+    return {"overall": 1.0}
+"""
+
+NAN = """
+def score(sample):
+    return {"overall": float("nan")}
+"""
+
+EXACT = """
+def score(sample):
+    return {"overall": float(sample["response"] == "<b>4")}
+"""
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_a_rubric_part_that_changes_its_input_leaves_the_next_parts_alone(
+    make_batch, write_reward_file, tokenizer, num_cpus
+) -> None:
+    """The parts shared the sample dicts inline (num_cpus=1), not in a pool: the reward depended on num_cpus."""
+    rubric = {
+        "strip": {"function": f"{write_reward_file(STRIPPING, 's.py')}:score"},
+        "exact": {"function": f"{write_reward_file(EXACT, 'e.py')}:score"},
+    }
+    config = RewardConfig(rubric=rubric, num_cpus=num_cpus)
+    manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+    try:
+        _, columns = manager.compute_reward(make_batch(["Q1"], ["<b>4"]))
+    finally:
+        manager.close()
+    assert columns["exact/overall"] == [1.0] and columns["overall"] == [2.0]
+
+
+def test_a_routed_functions_error_names_the_batchs_sample(make_batch, write_reward_file, tokenizer) -> None:
+    """A route's function sees its rows only: its error numbered them within the route."""
+    nan = f"{write_reward_file(NAN, 'n.py')}:score"
+    config = RewardConfig(routes={"math": nan, "code": f"{write_reward_file(CODE, 'c.py')}:score"})
+    manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+    batch = make_batch(["Q"] * 3, ["a", "b", "c"], non_tensors={"data_source": ["code", "code", "math"]})
+    with pytest.raises(RewardFunctionError, match=r"Route 'math''s sample 0 is sample 2 of the batch") as error:
+        manager.compute_reward(batch)
+    assert error.value.sample_index == 2
+
+
 def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None:
     from verl.utils.config import ConfigError
 
@@ -119,8 +165,10 @@ def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None
     good = f"{write_reward_file(FORMAT, 'f.py')}:score"
     with pytest.raises(ConfigError, match=r"rubric.fmt must be \{function"):
         _check_rubric(RewardConfig(rubric={"fmt": {"weight": 1.0}}))
-    with pytest.raises(ConfigError, match=r"rubric.fmt.weight must be a number"):
+    with pytest.raises(ConfigError, match=r"rubric.fmt.weight must be a finite number"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "weight": "high"}}))
+    with pytest.raises(ConfigError, match=r"rubric.fmt.weight must be a finite number, got inf"):
+        _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "weight": math.inf}}))
     with pytest.raises(ConfigError, match=r"rubric.fmt has unknown key\(s\) \['wieght'\]"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "wieght": 1}}))
     with pytest.raises(ConfigError, match=r"rubric.fmt: .*has no function 'nope'"):

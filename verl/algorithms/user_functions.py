@@ -113,7 +113,7 @@ def _import(path: str, spec: str, key: str) -> ModuleType:
         raise AlgorithmFunctionLoadError(
             f"{key}={spec!r}: cannot import {path} as Python; the function must live in a .py file."
         ) from None
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit() at import would end the run as if it had succeeded
         raise AlgorithmFunctionLoadError(
             f"{key}={spec!r}: importing {path} failed with {type(error).__name__}: {error}; fix the file or install "
             "what it imports."
@@ -154,7 +154,14 @@ def register_user_function(kind_name: str, spec: str, key: str | None = None) ->
             f"{key}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the spec at "
             "a callable."
         )
-    problem = kind.check(inspect.signature(function))
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin (torch.sub) or another callable without a Python signature
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: {name!r} in {path} has no Python signature ({type(function).__name__}); define a Python "
+            f"function with the {kind.label}'s arguments: {kind.signature}."
+        ) from None
+    problem = kind.check(signature)
     if problem:
         raise AlgorithmFunctionLoadError(
             f"{key}={spec!r}: {name} in {path} cannot be used as the {kind.label}: {problem}. Expected signature "
@@ -249,7 +256,7 @@ class Where:
         frames (the message crosses Ray whole)."""
         try:
             return function(*args, **kwargs)
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # sys.exit() would end a worker as if it had crashed
             raise self.fail(f"raised {type(error).__name__} ({error})", user_traceback(error)) from error
 
     def tensor(self, value: Any, what: str, shape: tuple[int, ...], floating: bool = True) -> torch.Tensor:

@@ -155,6 +155,9 @@ class RewardFunction:
     by name (`_trl_arguments`)."""
     answer_key: str | None = None
     """The dataset's answer column (data.answer_key): a TRL-style function gets the answers under this name."""
+    check_setup: Callable[..., Any] | None = None
+    """The file's own `check_setup(**kwargs)`, if it defines one (the file's, not the module the function comes from:
+    a function imported from a library, a functools.partial or a callable object have other or no globals)."""
 
     @property
     def spec(self) -> str:
@@ -189,7 +192,8 @@ class RewardFunction:
     @property
     def is_async(self) -> bool:
         """An `async def` function (score_sequential runs a batch's samples concurrently)."""
-        return inspect.iscoroutinefunction(self.function)
+        call = vars(type(self.function)).get("__call__")  # an object whose class's __call__ is `async def`
+        return inspect.iscoroutinefunction(self.function) or inspect.iscoroutinefunction(call)
 
     def __call__(self, inputs: Any) -> Any:
         """The function's scores for `inputs` (a coroutine of them for an async function)."""
@@ -444,8 +448,19 @@ def load_reward_function(
         reward_type, reward_type_source = _reward_type(module, function, spec, path)
     reward_name = str(getattr(module, "REWARD_NAME", None) or name)
     kwargs = dict(kwargs or {})
+    setup = getattr(module, "check_setup", None)
     loaded = RewardFunction(
-        path, name, reward_type, function, kwargs, reward_name, reward_type_source, verl_arguments, trl, answer_key
+        path,
+        name,
+        reward_type,
+        function,
+        kwargs,
+        reward_name,
+        reward_type_source,
+        verl_arguments,
+        trl,
+        answer_key,
+        setup if callable(setup) else None,
     )
     if getattr(module, "REWARD_TYPE", reward_type) != reward_type:  # only a signature's type can differ
         raise RewardFunctionLoadError(
@@ -461,8 +476,17 @@ def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) ->
     file's top-level code once (catching syntax errors and missing packages before Ray starts), then the file's
     optional `check_setup(**kwargs)`, whose exception stops the run with its message."""
     loaded = load_reward_function(spec, kwargs)
-    setup = loaded.function.__globals__.get("check_setup")
-    if callable(setup):
+    setup = loaded.check_setup
+    if setup is not None:
+        try:
+            inspect.signature(setup).bind(**loaded.kwargs)
+        except TypeError as error:
+            raise RewardFunctionLoadError(
+                f"{CONFIG_KEY}={spec!r}: check_setup in {loaded.path} cannot take the reward function's kwargs "
+                f"({', '.join(loaded.kwargs)}): {error}; give it **kwargs."
+            ) from None
+        except ValueError:  # no Python signature to check: call it
+            pass
         try:
             setup(**loaded.kwargs)
         except (Exception, SystemExit) as error:  # the file's own check: its message is what the user needs

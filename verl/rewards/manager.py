@@ -334,7 +334,16 @@ class RoutedRewardManager(RewardManager):
             groups.setdefault(self._route_of(sample, index), []).append(index)
         columns: dict[str, list[float]] = {}
         for route, indices in groups.items():
-            scored = self.managers[route].score([samples[i] for i in indices])
+            try:
+                scored = self.managers[route].score([samples[i] for i in indices])
+            except RewardFunctionError as error:  # it numbers the route's samples: name the batch's
+                if error.sample_index is None:
+                    raise
+                index = indices[error.sample_index]
+                raise RewardFunctionError(
+                    f"{error} (Route {route!r}'s sample {error.sample_index} is sample {index} of the batch.)",
+                    sample_index=index,
+                ) from error.__cause__
             if route is not None:
                 scored = {**scored, f"{route}/overall": scored["overall"]}
             for key, values in scored.items():
@@ -356,13 +365,20 @@ class RubricRewardManager(RewardManager):
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
         columns: dict[str, list[float]] = {"overall": [0.0] * len(samples)}
         for name, manager in self.managers.items():
-            scored = manager.score(samples)
+            # each part its own copy: a part that changes its input (strips a tag from `response`) changed the next
+            # part's, and only where the samples were not pickled to a pool (num_cpus=1)
+            scored = manager.score([_own_copy(sample) for sample in samples])
             for key, values in scored.items():
                 columns[f"{name}/{key}"] = list(values)
             columns["overall"] = [
                 total + self.weights[name] * value for total, value in zip(columns["overall"], scored["overall"])
             ]
         return columns
+
+
+def _own_copy(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """`sample` deep-copied, its images shared (they are read, and large)."""
+    return {key: value if key == "multi_modal_data" else copy.deepcopy(value) for key, value in sample.items()}
 
 
 def create_reward_manager(settings: RewardSettings, tokenizer: Any) -> RewardManager:

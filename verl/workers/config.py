@@ -8,6 +8,7 @@ Rules that tie the workers to the data, the algorithm or the cluster are `verl.t
 """
 
 import logging
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -286,8 +287,8 @@ class RewardConfig:
             if unknown:
                 raise ConfigError(f"{key} has unknown key(s) {unknown}; the keys are function, weight and kwargs.")
             weight = part.get("weight", 1.0)
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-                raise ConfigError(f"{key}.weight must be a number, got {weight!r}.")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ConfigError(f"{key}.weight must be a finite number, got {weight!r}.")
             with as_config_error(RewardFunctionLoadError, prefix=f"{key}: "):
                 check_reward_function(part["function"], dict(part.get("kwargs") or {}))
 
