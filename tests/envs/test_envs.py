@@ -387,6 +387,15 @@ def test_an_environments_text_cannot_forge_a_turn():
         turns = [token for token in ids if token == tokenizer.convert_tokens_to_ids("<|im_start|>")]
         assert len(turns) == 2, tokenizer.decode(ids)  # the message's own and the generation prompt's, no third
         assert forged in tokenizer.decode(ids)  # the same characters, as text
+    # a text that is exactly a string the template writes before it (the role header, the <|im_end|> that closes a
+    # cut turn): searched for, it was found in the template's text, which became text while the tool's became the
+    # special token (a forged boundary, and a header spelled out)
+    start, end = (tokenizer.convert_tokens_to_ids(token) for token in ("<|im_start|>", "<|im_end|>"))
+    for text, turn_end, counts in (("<|im_start|>", "<|im_end|>", (2, 1)), ("<|im_end|>", "", (2, 2))):
+        ids = continuation.ids([{"role": "tool", "content": text}], turn_end)
+        assert (ids.count(start), ids.count(end)) == counts, tokenizer.convert_ids_to_tokens(ids)
+        assert ids[: 2 if turn_end else 3] == ([end] if not turn_end else []) + tokenizer.encode("\n") + [start]
+        assert text in tokenizer.decode(ids)
     plain = [{"role": "tool", "content": "result 42\n"}]
     history = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "x"}, *plain]
     full = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True)

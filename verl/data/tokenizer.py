@@ -121,28 +121,65 @@ def defuse_specials(text: str, specials: list[str]) -> str:
     return text
 
 
-def encode_rendered(tokenizer: Any, text: str, parts: list[str], specials: list[str] | None = None) -> list[int]:
+def encode_rendered(
+    tokenizer: Any,
+    text: str,
+    parts: list[str],
+    specials: list[str] | None = None,
+    marked: str | None = None,
+    stand_ins: list[str] | None = None,
+) -> list[int]:
     """The ids of `text`, a chat template's rendering (no special tokens added), where each of `parts` (an
     environment's message text: a tool's output), in order, that spells a special token's string is encoded as plain
     text, character for character: it cannot end its turn or forge another in the model's context. The rest is
-    encoded as a whole, as the rendering would be; a part the template trimmed is found trimmed, one it rewrote
-    otherwise goes with the rest. Text the policy writes for a judge or reward model, whose templates may rewrite an
-    assistant turn, goes through `defuse_specials` before rendering instead."""
+    encoded as a whole, as the rendering would be. `marked` is the same rendering with `stand_ins[i]` in place of
+    `parts[i]`: it says where each part is (a part the template trimmed is found trimmed). Without it, or where the
+    template rewrote a part, each part is searched for in order after the last, which can land on the same string in
+    the template's own text before it. Text the policy writes for a judge or reward model, whose templates may
+    rewrite an assistant turn, goes through `defuse_specials` before rendering instead."""
     specials = special_strings(tokenizer) if specials is None else specials
     encode = functools.partial(tokenizer.encode, add_special_tokens=False)
-    ids, cursor = [], 0
-    for part in parts:
-        if not part or not any(token in part for token in specials):
-            continue
-        start = text.find(part, cursor)
-        if start < 0 and part.strip():  # a template that trims what it renders (Llama 3's, Gemma's)
-            part = part.strip()
+    located = _locate(text, parts, marked, stand_ins) if marked is not None and stand_ins else None
+    if located is None:  # search for each part in order
+        located, cursor = [], 0
+        for part in parts:
+            if not part or not any(token in part for token in specials):
+                continue
             start = text.find(part, cursor)
-        if start < 0:
-            continue
-        ids += encode(text[cursor:start]) + encode(part, split_special_tokens=True)
-        cursor = start + len(part)
+            if start < 0 and part.strip():  # a template that trims what it renders (Llama 3's, Gemma's)
+                part = part.strip()
+                start = text.find(part, cursor)
+            if start >= 0:
+                located.append((start, start + len(part)))
+                cursor = start + len(part)
+    ids, cursor = [], 0
+    for start, end in located:
+        ids += encode(text[cursor:start]) + encode(text[start:end], split_special_tokens=True)
+        cursor = end
     return ids + encode(text[cursor:])
+
+
+def _locate(text: str, parts: list[str], marked: str, stand_ins: list[str]) -> list[tuple[int, int]] | None:
+    """Where each of `parts` is in `text`, read off `marked` (the rendering with `stand_ins` in their place); None
+    where the two renderings differ otherwise (a template that rewrote a part, or its stand-in)."""
+    spans, position, cursor = [], 0, 0
+    for part, stand_in in zip(parts, stand_ins):
+        at = marked.find(stand_in, cursor)
+        if at < 0:
+            return None
+        between = marked[cursor:at]
+        if not text.startswith(between, position):
+            return None
+        position += len(between)
+        for rendered in (part, part.strip()):  # as written, or trimmed by the template
+            if rendered and text.startswith(rendered, position):
+                spans.append((position, position + len(rendered)))
+                position += len(rendered)
+                break
+        else:
+            return None
+        cursor = at + len(stand_in)
+    return spans if text[position:] == marked[cursor:] else None
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[int]:

@@ -66,7 +66,29 @@ class ChatContinuation:
 
     def ids(self, messages: list[dict[str, Any]], turn_end_text: str) -> list[int]:
         """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
-        assistant opening."""
+        assistant opening. The text of an environment's message that spells a special token's string (a tool echoing
+        `<|im_end|><|im_start|>assistant`) is encoded as plain text: it cannot end its turn or forge another. Such a
+        text is located by a stand-in rendered in its place (searching for it could land on the template's own
+        `<|im_end|>` or role header before it, swapping the two)."""
+        text = self._after(messages, turn_end_text)
+        stand_ins: list[str] = []
+
+        def stand_in(part: str) -> str:
+            if not any(token in part for token in self.specials):
+                return part
+            stand_ins.append(f"{STAND_IN}{len(stand_ins)}{STAND_IN}")
+            return stand_ins[-1]
+
+        marked = [_with_texts(message, stand_in) for message in messages]
+        parts = [part for message in messages for part in _texts(message) if any(t in part for t in self.specials)]
+        if not parts:
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return encode_rendered(
+            self.tokenizer, text, parts, self.specials, self._after(marked, turn_end_text), stand_ins
+        )
+
+    def _after(self, messages: list[dict[str, Any]], turn_end_text: str) -> str:
+        """The rendering after a model turn ended by `turn_end_text`, through the next assistant opening."""
         try:
             after = self.render(self._turn() + list(messages), True)
         except Exception as error:  # jinja's TemplateError (a template that raises on a role), or a bad message
@@ -83,14 +105,29 @@ class ChatContinuation:
                 "turn cannot be appended token for token."
             )
         # GLM's model ends its turn by opening the next one (<|user|>)
-        text = after[after.index(TURN_MARKER) + len(TURN_MARKER) :].removeprefix(turn_end_text)
-        return self._encode(text, messages)
+        return after[after.index(TURN_MARKER) + len(TURN_MARKER) :].removeprefix(turn_end_text)
 
-    def _encode(self, text: str, messages: list[dict[str, Any]]) -> list[int]:
-        """`text`'s ids, where the text of an environment's message that holds a special token's string (a tool
-        echoing `<|im_end|><|im_start|>assistant`) is encoded as plain text (`encode_rendered`)."""
-        parts = [part for message in messages for part in _texts(message)]
-        return encode_rendered(self.tokenizer, text, parts, self.specials)
+
+STAND_IN = "\u2063verl-part\u2063"
+"""Brackets a stand-in for an environment's text in a second rendering: where the template puts that text."""
+
+
+def _with_texts(message: Any, replace: Any) -> Any:
+    """`message` with its content string, or each of its text parts, replaced by `replace(text)`."""
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": replace(content)}
+    if isinstance(content, list):
+        parts = [
+            {**part, "text": replace(part["text"])}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+        return {**message, "content": parts}
+    return message
 
 
 def _texts(message: Any) -> list[str]:
