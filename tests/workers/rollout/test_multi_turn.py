@@ -542,6 +542,39 @@ def test_a_client_episode_may_repeat_a_reply_as_the_client_returned_it():
     assert not _same(other, sent) and not _same({"role": "assistant", "content": "Adding. "}, sent)
 
 
+def test_a_client_episode_keeps_the_tools_of_its_first_request():
+    """The model's context shows the tool schemas its first request rendered with the prompt: a later request that
+    offered other tools was accepted, its reply's calls read against schemas the model never saw."""
+    from verl.envs.client_env import ChatClientEnv
+    from verl.models.tiny_models import build_tokenizer
+    from verl.workers.rollout.client_episodes import ClientTurns, _Conversation
+    from verl.workers.rollout.multi_turn import ChatContinuation, Episode, TurnRunner
+    from verl.workers.rollout.request_loop import Group, Sample
+
+    tokenizer = build_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    continuation = ChatContinuation(tokenizer)
+    runner = TurnRunner(200, 4, {eos}, continuation, tokenizer, with_logprobs=False)
+    first = [{"role": "user", "content": "hi"}]
+    prompt = tokenizer.encode(continuation.render(first, True), add_special_tokens=False)
+    episode = Episode(prompt_input={"prompt_token_ids": prompt}, state={}, seed=None)
+    sample = Sample(seed=None, episode=episode)
+    turns = ClientTurns(runner, ChatClientEnv(), "m")
+    try:
+        conversation = _Conversation(Group(0, {}, None, 0, [sample], 200), sample)
+        turns._check(conversation, first, None, None)
+        runner.add_model_tokens(episode, tokenizer.encode("hello", add_special_tokens=False) + [eos], None, 200)
+        conversation.sent = conversation.sent + [{"role": "assistant", "content": "hello", "reply_text": "hello"}]
+        conversation.turn_end = "<|im_end|>"
+        tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+        second = [*first, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "use add"}]
+        with pytest.raises(ValueError, match="offers other tools than the episode's first request"):
+            turns._check(conversation, second, None, tools)
+        assert turns._check(conversation, second, None, None) > 0  # the same (no) tools: accepted
+    finally:
+        turns.close()
+
+
 def test_environment_steps_run_concurrently_with_the_same_outcome(rollout):
     """concurrent_steps > 1 runs a turn's steps in threads; the episodes come out as with one-by-one steps, in this
     thread (no step timeout) or in step threads (the default timeout)."""

@@ -9,6 +9,7 @@ request among the others, and answers when the turn is done. A busy episode neve
 """
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -207,6 +208,8 @@ class _Conversation:
     working_since: float = field(default_factory=time.monotonic)
     """When the coroutine last got control back (its start, or its latest reply)."""
     done: bool = False
+    tools: str | None = None
+    """The first request's tools as JSON: the model's context shows their schemas, so later requests keep them."""
 
 
 class ClientTurns(TurnHooks):
@@ -364,8 +367,16 @@ class ClientTurns(TurnHooks):
         ):
             raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens!r} must be a positive integer.")
         messages = _plain_messages(messages, sample.index)
+        offered = json.dumps(tools, sort_keys=True, default=str) if tools else None
         if conversation.sent is None:
             check_first_request(runner, episode, sample.index, messages, tools)
+            conversation.tools = offered
+        elif offered != conversation.tools:  # its calls would be read against schemas the model never saw
+            raise ValueError(
+                f"Episode {sample.index}: the request offers other tools than the episode's first request; the "
+                "model's context holds the first request's tool schemas (rendered once, with the prompt): offer the "
+                "same tools on every request of an episode."
+            )
         else:
             before = len(episode.ids)
             add_environment_messages(runner, episode, sample.index, conversation.sent, messages, conversation.turn_end)
