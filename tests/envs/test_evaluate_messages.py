@@ -678,3 +678,21 @@ def test_the_response_budget_ends_episodes_as_training_does(kind):
     # without a budget, as before: --max-tokens a turn, max_turns
     result, endpoint = _budget_episode(kind, budget=None, words=5, max_tokens=8, max_turns=3)
     assert result.counts["turns"] == 3 and not result.counts["truncated"] and endpoint.asked == [8, 8, 8]
+
+
+def test_the_model_turns_tool_calls_take_trainings_form():
+    """episode_messages' tool calls, as a TRL-style reward reads them (`c["function"]["name"]`): evaluate wrote
+    {"name", "arguments": dict} for an endpoint's parsed calls (a KeyError in such a function) and none for calls
+    left in the text, where training writes OpenAI's form read from the text with the environment's format."""
+    from verl.envs.evaluate import model_message
+    from verl.envs.tools import HERMES
+
+    text = '<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call>'
+    for message in (
+        model_message(text, [], HERMES),  # an endpoint without a tool parser: the call is in the text
+        model_message(text, [{"name": "multiply", "arguments": {"a": 6, "b": 7}}]),  # one that parsed it
+    ):
+        (call,) = message["tool_calls"]
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["function"] == {"name": "multiply", "arguments": json.dumps({"a": 6, "b": 7})}
+    assert "tool_calls" not in model_message("no calls", [], HERMES)

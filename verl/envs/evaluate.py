@@ -43,6 +43,7 @@ from verl.envs.base import (
 )
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client, reply_reasoning
 from verl.envs.loader import load_environment
+from verl.envs.tools import tool_call
 from verl.rewards.function import REASONING_OPENING, RewardFunctionError, opens_reasoning
 from verl.utils import stall_report
 
@@ -196,6 +197,19 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
         block = json.dumps(calls[-1], ensure_ascii=False)
         text += ("\n" if text else "") + f"<tool_call>\n{block}\n</tool_call>"
     return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
+
+
+def model_message(text: str, calls: list[dict[str, Any]], tool_format: Any = None) -> dict[str, Any]:
+    """The model's turn as training records it in episode_messages (a reward function reads it so in both): its
+    text, and its well-formed calls, read from the text with the environment's `tool_format` where it has one (as
+    training reads them, also those an endpoint without a tool parser left in the text), as OpenAI's `tool_calls`
+    (JSON-string arguments); no `tool_calls` key without calls."""
+    if tool_format is not None:
+        calls = [call for call in tool_format.read(text)[1] if isinstance(call, dict)]
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [tool_call(call["name"], json.dumps(call["arguments"])) for call in calls]
+    return message
 
 
 def _calls(message: Any) -> list[Any]:
@@ -385,7 +399,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         text, calls, used = reply_turn(reply, counts, setup.opened)
         tokens += used
         messages.append(sent_back(reply))
-        transcript += transcript_messages([{"role": "assistant", "content": text, "tool_calls": calls}], 0)
+        transcript += transcript_messages([model_message(text, calls, getattr(env, "tool_format", None))], 0)
         counts["turns"] += 1
         if budget is not None and budget.over:  # the budget cut the turn: over, truncated, no step (as in training)
             break
