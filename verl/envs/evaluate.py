@@ -485,7 +485,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             counts["turns"] += 1
             usage["text"], calls, used = reply_turn(reply, counts, setup.opened)
             usage["tokens"] += used
-            turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
+            turn = model_message(usage["text"], calls, getattr(env, "tool_format", None))
             seen[:] = [*as_written(sent, written), turn]
             written.append(turn)
             return reply
