@@ -571,6 +571,14 @@ def test_a_client_episode_keeps_the_tools_of_its_first_request():
         with pytest.raises(ValueError, match="offers other tools than the episode's first request"):
             turns._check(conversation, second, None, tools)
         assert turns._check(conversation, second, None, None) > 0  # the same (no) tools: accepted
+        # an episode whose first request offers tools: the runner reads the turns' calls into `tool_calls` (a
+        # ChatClientEnv without a tool_format of its own recorded none)
+        other = Sample(seed=None, episode=Episode(prompt_input={"prompt_token_ids": []}, state={}, seed=None))
+        other.episode.prompt_input["prompt_token_ids"] = tokenizer.encode(
+            continuation.render(first, True, tools), add_special_tokens=False
+        )
+        turns._check(_Conversation(Group(1, {}, None, 0, [other], 200), other), first, None, tools)
+        assert turns.tool_format is not None and runner.tool_format is turns.tool_format
     finally:
         turns.close()
 

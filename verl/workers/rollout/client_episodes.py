@@ -387,6 +387,8 @@ class ClientTurns(TurnHooks):
                 self.tool_format = tool_call_format(continuation.tokenizer, None, continuation.template_kwargs)
             except NotImplementedError as err:
                 raise ValueError(f"Episode {sample.index}: the request offers tools, and {err}") from None
+            for each in (self.runner, *self._runners.values()):  # the turns record their calls, as step episodes do
+                each.tool_format = each.tool_format or self.tool_format
         conversation.sent = messages
         return runner.turn_limit(episode, max_tokens)
 
