@@ -79,6 +79,10 @@ def test_a_group_that_was_never_scored_is_a_bug_not_a_silent_zero():
     streamed.launch(rows(["a", "a"], [1, 2]))
     with pytest.raises(RuntimeError, match="without being scored"):
         streamed.take(rows(["a", "a", "z", "z"], [1, 2, 3, 4]))
+    # a group admitted twice under one uid (dispatch padding a resumed run's prompts did so): its rows would take
+    # the other copy's scores
+    with pytest.raises(RuntimeError, match=r"The groups \['a'\] were launched for scoring twice"):
+        streamed.launch(rows(["a", "a"], [5, 6]))
 
 
 def test_ready_share_counts_groups_still_scoring():

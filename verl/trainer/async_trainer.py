@@ -75,6 +75,9 @@ class StreamedScores:
         self._launched = 0
 
     def launch(self, piece: DataProto) -> None:
+        twice = sorted({str(uid) for uid in piece.non_tensor_batch["uid"] if uid in self.pending})
+        if twice:  # a group admitted twice under one uid: its rows would take the other's scores
+            raise RuntimeError(f"The groups {twice[:3]} were launched for scoring twice; this is a bug.")
         key = self._launched
         self._launched += 1
         self._pieces[key] = (piece, self.scorer.launch(piece, wait_for_model=False))
