@@ -1299,7 +1299,7 @@ def test_a_reward_model_read_past_its_trained_context_is_warned_about(files, tmp
         architectures=["Qwen2ForSequenceClassification"],
         num_labels=1,
         max_position_embeddings=512,
-        rope_scaling={"rope_type": "yarn", "factor": 4.0},
+        rope_scaling={"rope_type": "linear", "factor": 4.0},  # 2,048 positions (a YaRN config's 512 are scaled)
     )
     logger = "verl.workers.config"
     with caplog.at_level(logging.WARNING, logger=logger):
@@ -1680,6 +1680,12 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_where_vllm_would
         files / "scaled", {"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
     )
     assert load_config([*base_args(files), f"worker.actor.model.model_path={scaled}", *lengths])
+    # YaRN, Llama 3, LongRoPE: max_position_embeddings is the scaled length already, and vLLM applies no factor
+    # (the check was skipped for any factor, and vLLM refused the length in every worker)
+    for name, rope in (("yarn", {"rope_type": "yarn", "factor": 4.0}), ("llama3", {"type": "llama3", "factor": 8.0})):
+        folder = config_only_model(files / name, {"max_position_embeddings": 512, "rope_scaling": rope})
+        with pytest.raises(ConfigError, match=r"= 600 exceeds the 512 positions"):
+            load_config([*base_args(files), f"worker.actor.model.model_path={folder}", *lengths])
     # override_config is what the workers and vLLM read: it was refused by the file's 512 positions, and a smaller
     # override accepted (vLLM then refused it in every worker)
     for name, config in (

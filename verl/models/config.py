@@ -610,15 +610,29 @@ def check_attention_available(prefix: str, model: "ModelConfig", on_cpu: bool, s
         )
 
 
+PRE_SCALED_ROPE_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+"""RoPE types whose max_position_embeddings is the scaled length already (vLLM 0.32's `_get_and_verify_max_len`
+applies their `factor` no further; transformers' YaRN assumes the same)."""
+
+
 def trained_positions(model_config: dict[str, Any]) -> int | None:
-    """The positions a RoPE model was trained for (max_position_embeddings of its text config); None where its config
-    names none, or a RoPE scaling factor raises it."""
+    """The positions a RoPE model takes, as vLLM derives them: max_position_embeddings of its text config, times the
+    RoPE scaling factor of a type that scales it (linear, dynamic; the PRE_SCALED_ROPE_TYPES' limit is the scaled one
+    already, and Gemma 3's is never scaled); None where its config names none."""
     text = model_config.get("text_config", model_config)
     limit = text.get("max_position_embeddings")
+    if not isinstance(limit, int):
+        return None
     rope = [text.get("rope_scaling"), text.get("rope_parameters")]
     rope += [value for value in rope if isinstance(value, dict) for value in value.values()]  # per layer type
-    scaled = any(isinstance(value, dict) and value.get("factor") not in (None, 1, 1.0) for value in rope)
-    return limit if isinstance(limit, int) and not scaled else None
+    factor = 1.0
+    for parameters in rope:
+        if not isinstance(parameters, dict) or "gemma3" in str(model_config.get("model_type", "")):
+            continue
+        kind = parameters.get("rope_type", parameters.get("type"))
+        if kind not in PRE_SCALED_ROPE_TYPES and parameters.get("factor") is not None:
+            factor = float(parameters["factor"])
+    return int(limit * factor)
 
 
 def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:

@@ -1159,8 +1159,8 @@ def _check_engine_heads(config: PPOConfig, on_cpu: bool, model_config: dict[str,
 
 def _check_context_length(config: PPOConfig, model_config: dict[str, Any] | None) -> None:
     """The engine holds prompt + response in one sequence; vLLM refuses a length past the model's
-    max_position_embeddings as it starts, inside every worker. Checked where that refusal is certain: no RoPE
-    scaling that could raise the limit, and no VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
+    max_position_embeddings (times a RoPE scaling factor of a type that raises it: `trained_positions`) as it starts,
+    inside every worker; checked here unless VLLM_ALLOW_LONG_MAX_MODEL_LEN lifts that refusal."""
     data, rollout = config.data, config.worker.rollout
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
     if model_config is None or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("", "0"):

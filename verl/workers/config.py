@@ -162,7 +162,7 @@ class RewardModelConfig:
         if positions is not None and self.max_length > positions:
             logger.warning(
                 "%smax_length=%d is longer than the %d positions %s='%s' was trained for (max_position_embeddings, "
-                "no RoPE scaling): conversations longer than that are scored past its context, where scores are "
+                "with its RoPE scaling): conversations longer than that are scored past its context, where scores are "
                 "unreliable. Set %smax_length=%d (conversations keep their last tokens) unless it handles more.",
                 prefix, self.max_length, positions, key, self.model_path, prefix, positions,
             )  # fmt: skip
