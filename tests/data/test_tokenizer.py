@@ -132,3 +132,21 @@ def test_saved_tokenizers_do_not_carry_how_they_were_loaded(text_dir, vl_dir, tm
         saved = json.loads((tmp_path / name / "tokenizer_config.json").read_text())
         assert "is_local" not in saved and "local_files_only" not in saved, name
         assert saved.get("eos_token") or saved.get("added_tokens_decoder"), name  # the settings themselves are kept
+
+
+def test_eos_ids_without_a_generation_config_come_from_config_json(text_dir, tmp_path):
+    """An export without generation_config.json: vLLM derives the stop tokens from config.json's eos_token_id (all of
+    them); the trainer read the tokenizer's EOS alone, so an episode that stopped on another one was not ended."""
+    import json
+
+    from verl.data.tokenizer import eos_token_ids
+
+    folder = tmp_path / "export"
+    shutil.copytree(text_dir, folder)
+    os.remove(folder / "generation_config.json")
+    config = json.loads((folder / "config.json").read_text())
+    tokenizer = get_tokenizer(str(folder))
+    other = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    config["eos_token_id"] = [tokenizer.eos_token_id, other]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert eos_token_ids(tokenizer, str(folder)) == {tokenizer.eos_token_id, other}

@@ -183,15 +183,19 @@ def _locate(text: str, parts: list[str], marked: str, stand_ins: list[str]) -> l
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[int]:
-    """The tokens generation stops at: the tokenizer's EOS and those of `model_path`'s generation_config.json (vLLM
-    stops at both; GLM's include `<|user|>`, which opens the next turn). ValueError where neither defines one."""
-    from transformers import GenerationConfig
+    """The tokens generation stops at: the tokenizer's EOS and those of `model_path`'s generation_config.json, or,
+    without one, of its config.json, as vLLM reads them (it stops at all; GLM's include `<|user|>`, which opens the
+    next turn). ValueError where none defines one."""
+    from transformers import AutoConfig, GenerationConfig
 
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     try:
         generation_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
-    except OSError:  # no generation_config.json
-        generation_eos = None
+    except OSError:  # no generation_config.json: vLLM derives one from config.json (an export without the file)
+        try:
+            generation_eos = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_path)).eos_token_id
+        except (OSError, ValueError):  # no config it can read either (remote code): the tokenizer's alone
+            generation_eos = None
     if generation_eos is not None:
         ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
     if not ids:
