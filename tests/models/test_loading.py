@@ -1,5 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
+import dataclasses
+
 import pytest
 import torch
 
@@ -181,6 +183,25 @@ def test_config_overrides_and_path_errors(model_dirs, tmp_path):
         load_model_config(ModelConfig(model_path=str(tmp_path / "missing_model")))
     with pytest.raises(ValueError, match="model_path is not set"):
         load_model_config(ModelConfig())
+
+
+def test_a_rope_override_keeps_the_files_other_rope_settings_and_is_checked_when_the_config_loads(model_dirs):
+    """Qwen's YaRN recipe as an override (`rope_scaling: {type: yarn, ...}`) replaced the file's RoPE parameters
+    (rope_theta lost, `type` never read as `rope_type`): the config check passed and every worker failed to build the
+    actor (KeyError 'rope_type'), vLLM too. It is merged and checked as transformers checks a config.json."""
+    from verl.utils.config import ConfigError
+
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    for name in ("rope_scaling", "rope_parameters"):
+        model_config = ModelConfig(model_path=model_dirs["qwen2"], override_config={name: yarn})
+        model_config.check_files("worker.actor.model.")
+        rope = load_model_config(model_config).rope_parameters
+        assert rope["rope_type"] == "yarn" and rope["factor"] == 4.0 and rope["rope_theta"] == 1e6
+        model = build_model(dataclasses.replace(model_config, enable_gradient_checkpointing=False))
+        assert torch.isfinite(model(input_ids=torch.tensor([[5, 6, 7]])).logits).all()
+    bad = ModelConfig(model_path=model_dirs["qwen2"], override_config={"rope_scaling": {"type": "yarn"}})
+    with pytest.raises(ConfigError, match=r"override_config.rope_scaling: .*factor"):
+        bad.check_files("worker.actor.model.")
 
 
 @pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma4", "mistral3"])

@@ -58,8 +58,14 @@ def resolve_config_overrides(config: Any, overrides: dict[str, Any], key: str) -
         current = getattr(config, name, None)
         if isinstance(value, dict) and hasattr(current, "to_dict"):  # a sub-config, e.g. text_config
             resolved.setdefault(name, {}).update(resolve_config_overrides(current, value, f"{key}.{name}"))
+        elif (
+            name in ROPE_FIELDS and isinstance(value, dict) and isinstance(getattr(config, "rope_parameters", 0), dict)
+        ):
+            resolved["rope_parameters"] = _rope_parameters(config, value, f"{key}.{name}")
         elif hasattr(config, name):
             resolved[name] = value
+        elif text_name is not None and name in ROPE_FIELDS and isinstance(getattr(text, "rope_parameters", 0), dict):
+            resolved.setdefault(text_name, {})["rope_parameters"] = _rope_parameters(text, value, f"{key}.{name}")
         elif text_name is not None and hasattr(text, name):
             resolved.setdefault(text_name, {})[name] = value
         else:
@@ -69,6 +75,28 @@ def resolve_config_overrides(config: Any, overrides: dict[str, Any], key: str) -
                 hint = " (the attention is the model section's attn_implementation key)"
             raise ConfigError(f"{key}.{name}: {where} has no field {name!r}{hint}; check the name.")
     return resolved
+
+
+ROPE_FIELDS = ("rope_scaling", "rope_parameters")
+"""Override names of a model's RoPE settings (rope_scaling is transformers 4's name for rope_parameters)."""
+
+
+def _rope_parameters(config: Any, value: dict[str, Any], key: str) -> dict[str, Any]:
+    """The RoPE parameters of `config` with `value`'s keys on top (Qwen's YaRN recipe `{type: yarn, factor: 4,
+    original_max_position_embeddings: 32768}` keeps the file's rope_theta; `type` is `rope_type`), checked as
+    transformers checks a config.json's: set as they are, they lost rope_theta and the model could not be built in
+    the workers (and vLLM refused them), after the config check had passed."""
+    merged = {**config.rope_parameters, **value}
+    if "type" in value:
+        merged["rope_type"] = merged.pop("type")
+    checked = copy.deepcopy(config)
+    checked.rope_parameters = merged
+    try:
+        checked.standardize_rope_params()
+        checked.validate_rope()
+    except (KeyError, ValueError, TypeError) as error:
+        raise ConfigError(f"{key}: {error} (the parameters would be {merged}).") from None
+    return checked.rope_parameters
 
 
 def with_overrides(model_config: dict[str, Any] | None, overrides: dict[str, Any]) -> dict[str, Any] | None:
