@@ -204,6 +204,17 @@ def test_a_rope_override_keeps_the_files_other_rope_settings_and_is_checked_when
         bad.check_files("worker.actor.model.")
 
 
+def test_untying_a_tied_checkpoint_without_an_output_layer_is_refused(model_dirs):
+    """The tiny Qwen2 ties lm_head to the embeddings and stores no lm_head.weight: untied by an override, transformers
+    started a random head (a LOAD REPORT line in a worker's log), and the run trained a model that outputs noise."""
+    from verl.utils.config import ConfigError
+
+    untied = ModelConfig(model_path=model_dirs["qwen2"], override_config={"tie_word_embeddings": False})
+    with pytest.raises(ConfigError, match=r"tie_word_embeddings=false: .*no lm_head.weight"):
+        untied.check_files("worker.actor.model.")
+    ModelConfig(model_path=model_dirs["qwen2"], override_config={"tie_word_embeddings": True}).check_files("m.")
+
+
 @pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma4", "mistral3"])
 def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(model_dirs, kind):
     """The FSDP lockstep hook: a text-only forward still runs the tower (zero gradient), with identical logits; Gemma

@@ -281,7 +281,24 @@ class ModelConfig:
                 config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=self.trust_remote_code)
             except (OSError, ValueError) as error:
                 raise ConfigError(f"{prefix}override_config: the config of {key} cannot be read: {error}") from None
-            resolve_config_overrides(config, dict(self.override_config), f"{prefix}override_config")
+            resolved = resolve_config_overrides(config, dict(self.override_config), f"{prefix}override_config")
+            untied = resolved.get("tie_word_embeddings") is False or any(
+                isinstance(value, dict) and value.get("tie_word_embeddings") is False for value in resolved.values()
+            )
+            if untied and getattr(config.get_text_config(), "tie_word_embeddings", False):
+                from verl.utils.hub import safetensors_shapes
+
+                try:
+                    names = set(safetensors_shapes(self.model_path))
+                except Exception:  # an unreadable file, a hub id not downloaded: the workers load what there is
+                    names = set()
+                if names and not any(name.endswith("lm_head.weight") for name in names):
+                    raise ConfigError(
+                        f"{prefix}override_config.tie_word_embeddings=false: {key}='{self.model_path}' ties its output "
+                        "layer to its input embeddings and its weights hold no lm_head.weight, so the untied head "
+                        "would start random (a model that outputs noise, in the actor and the engine alike). Keep the "
+                        "head tied, or untie it in a copy of the model whose lm_head.weight is the embeddings'."
+                    )
 
 
 def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
