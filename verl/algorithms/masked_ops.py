@@ -65,13 +65,13 @@ def top_fraction_cutoff(values: torch.Tensor, keep_fraction: float, group: Any =
     """The cut-off that keeps the top `keep_fraction` of `values` over every rank of `group` (the values >= it): the
     (1 - keep_fraction) quantile torch.quantile gives, 1 + floor(keep_fraction x (N - 1)) of the N values, ties at
     the cut-off kept; -inf keeps all, inf (no values) none. Each rank of `group` holds its own values, `copies` ranks
-    the same ones (a sequence-parallel group; group None: every process); found by bisection on the counts above a candidate, so no rank gathers
-    the others' values (a mini-batch's response tokens can be hundreds of millions)."""
+    the same ones (a sequence-parallel group; group None: every process); found by bisection on the counts above a
+    candidate, so no rank gathers the others' values (a mini-batch's response tokens can be hundreds of millions)."""
     import torch.distributed as dist
 
     alone = group is _ALONE or not (dist.is_available() and dist.is_initialized())
     spread = not alone and dist.get_world_size(group) > 1  # group None: every process
-    local = values.detach().double().flatten()
+    local = values.detach().double().flatten().sort().values  # sorted once: each count is a binary search
 
     def reduced(numbers: list[float] | torch.Tensor, op: Any = None) -> list[float]:
         tensor = torch.as_tensor(numbers, dtype=torch.float64).cpu()  # a few numbers: the host's backend reduces them
@@ -85,13 +85,14 @@ def top_fraction_cutoff(values: torch.Tensor, keep_fraction: float, group: Any =
     if keep_fraction >= 1.0:
         return -math.inf
     need = 1 + math.floor(keep_fraction * (total - 1))
-    low, high = (-math.inf, -math.inf) if local.numel() == 0 else (-local.min().item(), local.max().item())
+    low, high = (-math.inf, -math.inf) if local.numel() == 0 else (-local[0].item(), local[-1].item())
     max_op = dist.ReduceOp.MAX if spread else None
     low, high = reduced([low, high], max_op)  # the smallest value (negated) and the largest, over the ranks
     low = -low
 
     def count_from(cutoff: float) -> float:
-        return reduced([(local >= cutoff).sum().item() / copies])[0]
+        above = local.numel() - torch.searchsorted(local, cutoff).item()  # the values >= cutoff
+        return reduced([above / copies])[0]
 
     if count_from(high) >= need:  # the largest value, with its ties, is enough
         return high

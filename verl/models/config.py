@@ -670,9 +670,11 @@ def trained_positions(model_config: dict[str, Any]) -> int | None:
         return None
     rope = [text.get("rope_scaling"), text.get("rope_parameters")]
     rope += [value for value in rope if isinstance(value, dict) for value in value.values()]  # per layer type
+    if "gemma3" in str(model_config.get("model_type", "")):  # vLLM applies no factor to Gemma 3
+        return limit
     factor = 1.0
     for parameters in rope:
-        if not isinstance(parameters, dict) or "gemma3" in str(model_config.get("model_type", "")):
+        if not isinstance(parameters, dict):
             continue
         kind = parameters.get("rope_type", parameters.get("type"))
         if kind not in PRE_SCALED_ROPE_TYPES and parameters.get("factor") is not None:
