@@ -71,16 +71,17 @@ class ChatContinuation:
         text is located by a stand-in rendered in its place (searching for it could land on the template's own
         `<|im_end|>` or role header before it, swapping the two)."""
         text = self._after(messages, turn_end_text)
+        parts: list[str] = []
         stand_ins: list[str] = []
 
         def stand_in(part: str) -> str:
             if not any(token in part for token in self.specials):
                 return part
+            parts.append(part)
             stand_ins.append(f"{STAND_IN}{len(stand_ins)}{STAND_IN}")
             return stand_ins[-1]
 
         marked = [_with_texts(message, stand_in) for message in messages]
-        parts = [part for message in messages for part in _texts(message) if any(t in part for t in self.specials)]
         if not parts:
             return self.tokenizer.encode(text, add_special_tokens=False)
         return encode_rendered(
@@ -128,15 +129,6 @@ def _with_texts(message: Any, replace: Any) -> Any:
         ]
         return {**message, "content": parts}
     return message
-
-
-def _texts(message: Any) -> list[str]:
-    """The texts of a chat message: its content string, or its text parts."""
-    content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, str):
-        return [content]
-    parts = content if isinstance(content, list) else []
-    return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
 
 
 def with_opened_images(
