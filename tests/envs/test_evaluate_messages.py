@@ -142,8 +142,7 @@ def test_evaluate_scores_episodes_and_writes_their_conversations(monkeypatch, tm
         "2 x 4?": [("multiply", {"a": 2, "b": 4}), _call("multiply", a=4, b=2)],
     }
     rows = [{"prompt": p, "answer": a} for p, a in (("6 x 7?", "42"), ("3 x 5?", "15"), ("2 x 4?", "8"))]
-    output = tmp_path / "out" / "episodes.jsonl"
-    output.parent.mkdir()
+    output = tmp_path / "out" / "episodes.jsonl"  # its folder is made
     episodes, summary, client = run_evaluate(
         monkeypatch,
         tmp_path,

@@ -386,8 +386,8 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         ),
         (
             [*("--data", str(data), "--limit", "1", "--model", "m", "--base-url", nobody)]
-            + ["--output", str(tmp_path / "no" / "out.jsonl")],
-            f"--output {tmp_path / 'no' / 'out.jsonl'} cannot be written (No such file or directory).",
+            + ["--output", str(data / "out.jsonl")],
+            f"--output {data / 'out.jsonl'} cannot be written ({data} is not a folder).",
         ),
         (
             ["--data", str(data), "--limit", "1", "--model", "m", "--base-url", nobody],

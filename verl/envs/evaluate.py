@@ -786,6 +786,11 @@ def main(argv: list[str] | None = None) -> int:
         data = os.path.abspath(os.path.expanduser(args.data))
         image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
         try:
+            folder = os.path.dirname(os.path.abspath(args.output)) if args.output else None
+            if folder is not None and os.path.exists(folder) and not os.path.isdir(folder):
+                raise SystemExit(f"evaluate: --output {args.output} cannot be written ({folder} is not a folder).")
+            if folder is not None:  # a folder that does not exist yet is made, as the trainer's rollout_dir is
+                os.makedirs(folder, exist_ok=True)
             output = cleanup.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else None
         except OSError as error:
             raise SystemExit(f"evaluate: --output {args.output} cannot be written ({error.strerror}).") from None
