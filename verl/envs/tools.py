@@ -283,7 +283,8 @@ class ToolEnv(MultiTurnEnv):
         return [get_json_schema(tool) for tool in self.tools]
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-        """(result text, failed) of one call; the text is at most MAX_RESULT_CHARS (and a note) long."""
+        """(result text, failed) of one call; the text is at most MAX_RESULT_CHARS (and a note) long. A tool's own
+        result that starts with "Error" counts as failed too (env/tool_errors), as `python_tool`'s failures do."""
         text, failed = self._call(name, arguments)
         if len(text) > MAX_RESULT_CHARS:
             text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"
