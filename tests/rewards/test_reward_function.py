@@ -265,6 +265,21 @@ def test_two_files_with_the_same_function_name_stay_apart(write_reward_file) -> 
     assert (first({}), second({})) == ({"overall": 1.0}, {"overall": 2.0})
 
 
+def test_a_file_runs_once_per_process_until_it_changes(write_reward_file, tmp_path) -> None:
+    """The driver loads the reward file for the config check and again for training: its top level (a model loaded
+    there, a counter) ran each time. A changed file runs again."""
+    runs = tmp_path / "runs.txt"
+    source = f"open({str(runs)!r}, 'a').write('x')\ndef main(s):\n    return {{'overall': {{}}}}\n"
+    path = write_reward_file(source.replace("{}", "1.0"))
+    check_reward_function(path, {})
+    first, second = load_reward_function(path), load_reward_function(path)
+    assert runs.read_text() == "x"
+    assert first.function is second.function
+    write_reward_file(source.replace("{}", "2.0"))
+    assert load_reward_function(path)({}) == {"overall": 2.0}
+    assert runs.read_text() == "xx"
+
+
 # ------------------------------------------------------------------ scoring and output checks
 
 

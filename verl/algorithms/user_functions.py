@@ -60,8 +60,6 @@ _KIND_MODULES: dict[str, str] = {
 }
 """Imported by name when a spec is registered before its registry module (which imports this one)."""
 
-_MODULES: dict[str, ModuleType] = {}
-"""Absolute path -> module: each file runs once per process."""
 _REGISTERED: set[tuple[str, str]] = set()
 """(kind, spec) of every function registered in this process."""
 _step: int | None = None
@@ -100,8 +98,6 @@ def _parse(kind: Kind, spec: str, key: str) -> tuple[str, str]:
 
 
 def _import(path: str, spec: str, key: str) -> ModuleType:
-    if path in _MODULES:
-        return _MODULES[path]
     if not os.path.isfile(path):
         raise AlgorithmFunctionNotFoundError(
             f"{key}={spec!r}: the file {path} does not exist on {socket.gethostname()}; give a path relative to the "
@@ -118,7 +114,6 @@ def _import(path: str, spec: str, key: str) -> ModuleType:
             f"{key}={spec!r}: importing {path} failed with {type(error).__name__}: {error}; fix the file or install "
             "what it imports."
         ) from error
-    _MODULES[path] = module
     return module
 
 

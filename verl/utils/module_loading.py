@@ -16,11 +16,23 @@ class NotPythonFileError(ImportError):
     """The file cannot be imported as Python (no loader for it)."""
 
 
+_IMPORTED: dict[tuple[str, str], tuple[bytes, ModuleType]] = {}
+"""(prefix, absolute path) -> (digest of the file's bytes, module): a file runs once per process while unchanged."""
+
+
 def import_file(path: str, prefix: str) -> ModuleType:
-    """Execute the file at `path` as a fresh module named `prefix` + a hash of its absolute path (keeping two files
-    apart), registered in sys.modules while it runs (dataclasses and pickling find it). Raises NotPythonFileError, or
-    whatever executing it raises (then unregistered)."""
-    module_name = prefix + hashlib.sha1(os.path.abspath(path).encode("utf-8")).hexdigest()[:12]
+    """Execute the file at `path` as a module named `prefix` + a hash of its absolute path (keeping two files apart),
+    registered in sys.modules while it runs (dataclasses and pickling find it). Once per process, as Python's own
+    imports: the driver's config check and its training share the module (a file that loads a model at its top level
+    loads it once); a file changed since is run again. Raises NotPythonFileError, or whatever executing it raises
+    (then unregistered)."""
+    absolute = os.path.abspath(path)
+    with open(absolute, "rb") as file:
+        digest = hashlib.sha1(file.read()).digest()
+    known = _IMPORTED.get((prefix, absolute))
+    if known is not None and known[0] == digest:
+        return known[1]
+    module_name = prefix + hashlib.sha1(absolute.encode("utf-8")).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise NotPythonFileError(f"cannot import {path} as Python; it must be a .py file")
@@ -31,6 +43,7 @@ def import_file(path: str, prefix: str) -> ModuleType:
     except BaseException:
         sys.modules.pop(module_name, None)
         raise
+    _IMPORTED[(prefix, absolute)] = digest, module
     return module
 
 
