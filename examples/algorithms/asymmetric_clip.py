@@ -1,6 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""A policy loss of your own: a clipped surrogate whose clip is asymmetric in the advantage's sign.
+"""A policy loss of your own: PPO's clipped surrogate written out by the advantage's sign, the place to start
+changing a bound (the built-in `default` loss adds the dual clip, `worker.actor.clip_ratio_dual`).
 
 Select it with `worker.actor.loss_type=examples/algorithms/asymmetric_clip.py:asymmetric_clip`. The bounds come from
 `worker.actor.clip_ratio_low` and `clip_ratio_high`, so a recipe tunes them like the built-in losses'.
@@ -15,8 +16,8 @@ def asymmetric_clip(x: PolicyLossInputs) -> PolicyLossTerms:
     """l_t = -A_t min(r_t, 1 + eps_h) for A_t > 0 and -A_t max(r_t, 1 - eps_l) for A_t <= 0, r_t = pi / pi_old.
 
     A token the policy already favours (A > 0) stops pushing once its ratio exceeds 1 + eps_h; one it disfavours
-    (A < 0) once its ratio falls below 1 - eps_l. Unlike PPO's clip, a negative-advantage token whose ratio grew is
-    never bounded above: the further the policy moved towards a bad token, the harder it is pushed back.
+    (A < 0) once its ratio falls below 1 - eps_l. This is PPO's max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)) case by
+    case: a negative-advantage token whose ratio grew is never bounded above (the dual clip bounds it).
 
     x holds float32 (B, L) tensors (log_probs with gradient, log_ratio = log pi - log pi_old, advantages, mask) and
     the actor's clip settings. Return the (B, L) per-token loss (the trainer masks and aggregates it with

@@ -3,6 +3,7 @@
 """Algorithms from the user's own file (`path/to/file.py:function`): config validation, the registries' lookups, the
 run-time output checks, and the examples in examples/algorithms/."""
 
+import dataclasses
 import os
 import re
 import shutil
@@ -341,6 +342,10 @@ def test_the_example_loss_clips_by_the_sign_of_the_advantage():
     assert torch.allclose(grad, torch.tensor([[-0.5, -1.0, 0.0, 0.0, 1.0, 2.0]]))
     assert terms.clipped_higher.tolist() == [[False, False, True, False, False, False]]
     assert terms.clipped_lower.tolist() == [[False, False, False, True, False, False]]
+    from verl.algorithms.policy_losses import _ppo_loss  # it is PPO's clip, without the dual clip (as it says)
+
+    ppo = _ppo_loss(dataclasses.replace(x, clip_ratio_dual=float("inf")))
+    assert torch.equal(ppo.loss_mat, terms.loss_mat)
 
 
 def _inputs(log_probs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor):

@@ -1882,6 +1882,22 @@ def test_a_correction_bound_or_kl_penalty_the_run_does_not_read_is_warned_about(
     assert "has no effect" not in caplog.text
 
 
+def test_the_kl_estimator_follows_where_the_kl_goes(files, caplog):
+    """auto: k3 as the actor's loss, k1 in the rewards (a penalty gets only the policy gradient's estimate, the KL's
+    gradient for k1 alone). An explicit k3 in the rewards is warned about; it was the default there."""
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        in_loss = load_config([*base_args(files), "algorithm.use_kl_loss=true"])
+        in_rewards = load_config([*base_args(files), "algorithm.use_kl_loss=false"])
+    assert (in_loss.algorithm.kl_penalty, in_loss.worker.actor.kl_penalty) == ("low_var_kl", "low_var_kl")
+    assert (in_rewards.algorithm.kl_penalty, in_rewards.worker.actor.kl_penalty) == ("kl", "kl")
+    assert "subtracted from the rewards" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), "algorithm.use_kl_loss=false", "algorithm.kl_penalty=k1+"])
+        assert "subtracted from the rewards" not in caplog.text
+        load_config([*base_args(files), "algorithm.use_kl_loss=false", "algorithm.kl_penalty=low_var_kl"])
+    assert "algorithm.kl_penalty=low_var_kl is subtracted from the rewards (use_kl_loss=false)" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -243,6 +243,8 @@ def compute_policy_loss(
       tau_negative: a smooth gate instead of a hard clip; defined with seq-mean-token-mean.
     - "geo_mean" (GMPO, arXiv 2507.20673): -A exp(mean_t clip(log r_t)), the geometric mean of the sequence's
       ratios with each log-ratio clipped to [-eps_l, eps_h] where that is pessimistic; defined with seq-mean-token-mean.
+      `token_weights` scale its broadcast loss token by token, so a sequence is weighed by its tokens' arithmetic mean
+      weight (verl's takes their geometric mean, in which one icepop-masked token zeroes the whole sequence).
 
     Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
     `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate

@@ -226,9 +226,12 @@ class AlgorithmConfig:
     """Train without a reference model and without any KL term; it wins over use_kl_loss (as in EasyR1)."""
     use_kl_loss: bool = False
     """Add the KL to the actor loss (true) or subtract it from the token rewards (false)."""
-    kl_penalty: str = "low_var_kl"
+    kl_penalty: str = "auto"
     """KL estimator: kl (k1), abs, mse (k2), low_var_kl (k3), their straight-through forms (k1+, k2+, k3+ ...), or
-    your own as 'path/to/file.py:function'; the actor's KL loss (worker.actor.kl_penalty) is derived from it."""
+    your own as 'path/to/file.py:function'; the actor's KL loss (worker.actor.kl_penalty) is derived from it. auto:
+    low_var_kl in the actor's loss (use_kl_loss=true), kl in the rewards, where a penalty gets only the policy
+    gradient's estimate, which is the KL's gradient for k1 alone (Tang & Munos 2025; another estimator is warned
+    about there)."""
     kl_coef: float = 1e-3
     """KL coefficient (the initial one for the adaptive controller)."""
     ref_sync_steps: int = 0
@@ -279,7 +282,8 @@ class AlgorithmConfig:
     def validate(self, prefix: str) -> None:
         algorithms = _algorithms()  # a registered estimator or KL estimator is a valid name, and so is a user's file
         require_algorithm(self, prefix, "adv_estimator", "adv_estimator", algorithms.registered_adv_estimators())
-        require_algorithm(self, prefix, "kl_penalty", "kl_penalty", algorithms.registered_kl_penalties())
+        if self.kl_penalty != "auto":  # auto is resolved when the config loads (fill_derived)
+            require_algorithm(self, prefix, "kl_penalty", "kl_penalty", algorithms.registered_kl_penalties())
         require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
         require_choice(self, prefix, "grpo_std_scope", ("group", "batch"))
         finite = ("kl_coef", "kl_horizon", "kl_target", "gamma", "lam", "target_entropy", "entropy_coeff_delta")
@@ -324,6 +328,16 @@ class AlgorithmConfig:
                 prefix,
                 prefix,
             )
+        if not (self.disable_kl or self.use_kl_loss or is_user_spec(self.kl_penalty)):
+            if self.kl_penalty not in ("auto", "kl", "k1", "kl+", "k1+"):
+                logger.warning(
+                    "%skl_penalty=%s is subtracted from the rewards (use_kl_loss=false), where the policy gradient "
+                    "of a penalty is the KL's gradient only for kl (k1); other estimators pull the policy elsewhere "
+                    "(Tang & Munos 2025). Use kl there, or use_kl_loss=true for %s as a loss.",
+                    prefix,
+                    self.kl_penalty,
+                    self.kl_penalty,
+                )
         if self.kl_penalty == "full" and not self.disable_kl:
             raise ConfigError(
                 f"{prefix}kl_penalty=full needs whole vocabulary distributions, but the workers compute "
@@ -632,7 +646,9 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
     """Copy every derived key from its source and default the keys and paths that depend on other keys."""
     _rename_easyr1_values(config)
     _absolutize_paths(config)  # before _copy_derived copies them (algorithm.kl_penalty to the actor, ...)
-    actor = config.worker.actor
+    algorithm, actor = config.algorithm, config.worker.actor
+    if algorithm.kl_penalty == "auto":
+        algorithm.kl_penalty = "low_var_kl" if algorithm.use_kl_loss else "kl"
     if actor.loss_avg_mode is None:
         actor.loss_avg_mode = _algorithms().default_loss_avg_mode(actor.loss_type)
     _copy_derived(config)
