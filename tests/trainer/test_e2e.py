@@ -1071,6 +1071,45 @@ def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace,
     assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "1"  # step 1's batch drawn, step 2's again on resume
 
 
+@pytest.mark.parametrize("failing", ["estimator", "online_filtering"])
+def test_a_step_that_fails_before_its_update_saves_the_last_one(workspace, capsys, failing):
+    """Step 2 fails on the driver before any update: the user's advantage estimator raises, or online filtering
+    cannot fill the step within trainer.max_try_make_batch rounds (every group scored alike). Step 1 is saved first,
+    as for a failing reward function; both lost every step with trainer.save_freq=-1."""
+    from verl.trainer.main import main
+
+    root = workspace["root"]
+    if failing == "estimator":
+        estimator = root / "failing_estimator.py"
+        estimator.write_text(
+            "calls = []\n\n\ndef estimator(token_level_rewards, response_mask, index):\n    calls.append(1)\n"
+            "    assert len(calls) == 1, 'a degenerate batch'\n"
+            "    zeros = token_level_rewards * 0\n    return zeros, zeros\n"
+        )
+        extra = (f"algorithm.adv_estimator={estimator}:estimator",)
+        expected = "AssertionError: a degenerate batch"
+    else:
+        reward = root / "flat_after_one_step.py"
+        reward.write_text(
+            "seen = []\n\n\ndef compute_score(sample):  # step 1: each group's first 1, its second 0\n"
+            "    seen.append(sample['uid'])\n"
+            "    return {'overall': float(seen.count(sample['uid']) == 1) if len(seen) <= 8 else 1.0}\n"
+        )
+        extra = (
+            f"worker.reward.reward_function={reward}:compute_score",
+            "algorithm.online_filtering=true",
+            "trainer.max_try_make_batch=1",
+        )
+        expected = "Online filtering kept 0 of"
+    name = f"failing_{failing}"
+    assert main(text_args(workspace, name, "trainer.val_before_train=false", *extra)) == 1
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
+    saved = root / name / "global_step_1"
+    assert f"The latest checkpoint is {saved}: running the same command again resumes from it." in err, err
+    assert "Step 2 stopped in the user's code (the error follows); step 1, which the workers hold, is saved" in err
+
+
 def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsys):
     """The reward actor's process killed (as the OOM killer does) ended the run in Ray's traceback."""
     from verl.trainer.main import main

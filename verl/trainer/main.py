@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     # the user's code, settings or data failed, or a worker (or a reward or judge actor) died
     except (*user_code, WorkerDiedError, RayActorError) as err:
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
-        if not isinstance(err, OnlineFilteringError):  # (its message names the checkpoint)
-            print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
+        print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         return err.report(trainer.save_checkpoint_path, *where)

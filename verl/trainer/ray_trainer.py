@@ -62,8 +62,9 @@ from verl.workers.rollout.request_loop import RolloutRequest
 
 logger = logging.getLogger(__name__)
 
-BEFORE_THE_UPDATE = (EnvCodeError, EnvStepTimeoutError, RewardFunctionError, RewardTimeoutError, DatasetRowError)
-"""Errors of the user's code or data that stop a synchronous step before its update."""
+USER_ERRORS = (EnvCodeError, EnvStepTimeoutError, RewardFunctionError, RewardTimeoutError, DatasetRowError)
+"""Errors of the user's code, data or settings that stop a step (with OnlineFilteringError and the user's algorithm
+functions' AlgorithmFunctionError): where one stops a synchronous step before its update, step N-1 is saved."""
 
 GEN_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
 GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "multi_modal_data", "max_response_tokens")
@@ -200,6 +201,8 @@ class RayPPOTrainer:
         self.total_steps = count_training_steps(config, len(train_dataloader))
         self._data_iter: Iterator | None = None
         self.flat_reward_steps = 0
+        self.updating = False
+        """The step has begun updating a model (the workers may no longer hold the last step's weights)."""
 
     # ------------------------------------------------------------------------------------------------ data
 
@@ -259,7 +262,7 @@ class RayPPOTrainer:
                     f"Online filtering kept {num_kept // self.config.worker.rollout.n} of {data.rollout_batch_size} "
                     f"prompts after {limit} generation rounds (trainer.max_try_make_batch) in step "
                     f"{self.global_step}; widen algorithm.filter_low/filter_high, raise trainer.max_try_make_batch, "
-                    f"or set it <= 0 for no limit. {self._stop_note()}"
+                    "or set it <= 0 for no limit."
                 )
             batch = generate_round()
             if algo.online_filtering:
@@ -290,7 +293,7 @@ class RayPPOTrainer:
             names = sorted(key.removeprefix("reward/") for key in batch.non_tensor_batch if key.startswith("reward/"))
             raise OnlineFilteringError(
                 f"algorithm.filter_key='{algo.filter_key}' is not a score the reward returns (it returns {names}); "
-                f"set algorithm.filter_key to one of them. {self._stop_note()}"
+                "set algorithm.filter_key to one of them."
             )
         keep = core_algos.filter_groups_by_reward(
             np.asarray(batch.non_tensor_batch[column], dtype=np.float64),
@@ -300,14 +303,6 @@ class RayPPOTrainer:
         )
         append_metrics(metrics, {"online_filtering/kept_ratio": len(keep) / len(batch)})
         return batch[np.asarray(keep)] if len(keep) > 0 else None
-
-    def _stop_note(self) -> str:
-        last = self.ckpt_tracker.last_global_step
-        if not last:
-            return "The run stops; it has saved no checkpoint to resume from."
-        return (
-            f"The run stops; {step_dir(self.config.trainer.save_checkpoint_path, last)} is the latest to resume from."
-        )
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Reorder samples (in place) so every DP rank gets a similar number of tokens."""
@@ -429,6 +424,7 @@ class RayPPOTrainer:
             advantages = batch.batch["advantages"] * batch.batch["response_mask"]
             self._check_reward_spread(batch.batch["token_level_scores"], advantages)
 
+        self.updating = True
         if self.use_critic:
             with timer("update_critic", timing_raw):
                 output = self.critic_wg.update_critic(batch, UpdateRequest(self.global_step))
@@ -678,7 +674,7 @@ class RayPPOTrainer:
         return val_metrics
 
     def _save_before_failed_step(self, loader_state: dict[str, Any], last_saved: int) -> None:
-        """Step N failed in the user's environment or reward code, before its update: save step N-1 (the weights the
+        """Step N failed in the user's code, data or settings before its update: save step N-1 (the weights the
         workers hold) unless saved, with the data position before step N, so that a resume runs step N again. Without
         it a run with trainer.save_freq=-1 (the default) lost every step. (The engines' seed counters have moved on:
         the retried step samples afresh.)"""
@@ -712,10 +708,11 @@ class RayPPOTrainer:
         with timer("step", timing_raw):
             # mode=sync: the user's code fails a step before its update, with the weights still the last step's
             before = self.train_dataloader.state_dict() if self.config.worker.rollout.mode == "sync" else None
+            self.updating = False
             try:
                 batch, metrics = self.train_step(timing_raw)
-            except BEFORE_THE_UPDATE:
-                if before is not None:
+            except (*USER_ERRORS, OnlineFilteringError, user_functions.AlgorithmFunctionError):
+                if before is not None and not self.updating:  # a user's loss fails in the update: not saved
                     self._save_before_failed_step(before, last_saved)
                 raise
             if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
