@@ -301,3 +301,30 @@ def test_a_prompt_in_sharegpts_layout_is_read_as_sft_reads_it():
     calls = [{"from": "human", "value": "Add."}, {"from": "function_call", "value": "{not json"}]
     with pytest.raises(ValueError, match=r"message 1 of the prompt \(ShareGPT's 'function_call'\): the call is not"):
         split_prompt_messages([*calls, {"from": "human", "value": "Go on."}])
+
+
+def test_shards_whose_columns_are_typed_apart_are_read_as_one(tmp_path):
+    """pandas writes strings as large_string, datasets as string: a folder of both was refused with a message that
+    listed the same columns twice. Types that do not convert are named."""
+    import pandas as pd
+
+    (tmp_path / "data").mkdir()
+    pd.DataFrame({"question": ["p"], "answer": ["1"]}).to_parquet(tmp_path / "data" / "part-0.parquet")
+    _write_rows(tmp_path / "data" / "part-1.parquet", [{"question": "d", "answer": "2"}])
+    assert _questions(tmp_path / "data") == ["p", "d"]
+    _write_rows(tmp_path / "apart" / "a.parquet", [{"question": "a", "answer": "1"}])
+    _write_rows(tmp_path / "apart" / "b.parquet", [{"question": "b", "answer": [1, 2]}])
+    with pytest.raises(ValueError, match=r"'answer': 'string'.*'answer': 'List'"):
+        load_source(str(tmp_path / "apart"))
+
+
+def test_a_folder_of_one_split_leaves_out_files_named_for_none(tmp_path, caplog):
+    """train.jsonl beside a meta.json: without @split the meta.json was read as rows (its fields as a bad prompt), as
+    with @train it is left out, as datasets leaves it out."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps({"question": "q"}) + "\n")
+    (folder / "meta.json").write_text(json.dumps({"source": "somewhere", "rows": 1}))
+    with caplog.at_level(logging.WARNING, logger="verl.data.sources"):
+        assert _questions(folder) == ["q"]
+    assert "1 file(s) whose names carry no split are left out" in caplog.text

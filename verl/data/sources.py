@@ -142,8 +142,8 @@ def _folder_files(directory: str, split: str | None, spec: str, named: str | Non
     """The data files of `directory` that `spec` (the folder, or folder@split) means; `named` is how the spec names
     the folder (a hub id for a ModelScope download), for the spellings an error suggests. A folder whose file names carry
     no split is one split, `train`, as `datasets` reads it: all its files, sorted. Where they carry splits
-    (`_split_layout`), splits and configs are never mixed: without @split all the files only if they hold one split
-    of one config; else a ValueError that lists what there is and how to choose."""
+    (`_split_layout`), splits and configs are never mixed: without @split the files of the one split of one config
+    they hold; else a ValueError that lists what there is and how to choose."""
     files = _data_files(directory)
     unread = _data_files(directory, _UNREAD_DATA)
     if unread:  # a folder of .jsonl.gz shards beside one .jsonl trained on that one file
@@ -176,8 +176,8 @@ def _folder_files(directory: str, split: str | None, spec: str, named: str | Non
             f"{found}. Name a config and a split, as '{named}/{config}@{chosen}'."
         )
     splits = next(iter(layout.values()))
-    if split is None and len(splits) == 1:
-        return files  # one split of one config: nothing to mix up
+    if split is None and len(splits) == 1:  # one split of one config: nothing to mix up (files named for none are
+        split = next(iter(splits))  # left out below, as datasets leaves them out: a meta.json beside train.jsonl)
     if split is None or split not in splits:
         split_names = sorted(splits, key=_split_order)
         problem = f"has no split {split!r}" if split is not None else "holds several splits, which must not be mixed"
@@ -411,17 +411,31 @@ def _files_source(files: list[str], directory: str | None = None) -> RowSource:
     import datasets
 
     loaded = [_load_file(path) for path in files]
+    for index, part in enumerate(loaded[1:], 1):  # the same columns typed alike where they can be: pandas writes
+        if part.features != loaded[0].features and set(part.column_names) == set(loaded[0].column_names):
+            try:  # large_string where datasets writes string, int64 where one shard's column is all null ...
+                loaded[index] = part.cast(loaded[0].features)
+            except Exception:  # noqa: BLE001 (pyarrow's errors): types that do not convert are named below
+                pass
     starts = itertools.accumulate((len(part) for part in loaded), initial=0)
     parts = [(f"file '{path}'", start) for path, start in zip(files, starts)]
     try:
         rows = loaded[0] if len(loaded) == 1 else datasets.concatenate_datasets(loaded)
     except ValueError as error:
-        columns = {path: part.column_names for path, part in zip(files, loaded)}
+        columns = {
+            path: {name: _type_name(feature) for name, feature in part.features.items()}
+            for path, part in zip(files, loaded)
+        }
         raise ValueError(
             f"The files of dataset directory {directory!r} do not share the same columns and types ({columns}): "
             f"{error}. Give them identical columns or point the config at one file."
         ) from error
     return RowSource(rows, parts, list(rows.column_names))
+
+
+def _type_name(feature: Any) -> str:
+    """A column's type as a message shows it (Value('large_string') -> large_string)."""
+    return str(getattr(feature, "dtype", None) or type(feature).__name__)
 
 
 def _load_from_disk(path: str, split: str | None, spec: str) -> RowSource:
