@@ -42,6 +42,7 @@ pytestmark = pytest.mark.slow
 # The workers unpickle this module's classes by value, so their processes need not import the tests package.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IN_FEATURES, HIDDEN = 3, 4
 BATCH = 8
 STEPS = 3
@@ -234,21 +235,30 @@ def test_a_run_without_ray_address_starts_a_ray_of_its_own_beside_a_started_clus
     assert address != two_node_cluster.address and float(cpus) >= 3
 
 
-def test_a_driver_joining_a_cluster_gives_its_workers_its_hub_and_collective_settings(two_node_cluster):
+def test_a_driver_joining_a_cluster_gives_its_workers_its_hub_and_collective_settings(two_node_cluster, tmp_path):
     """Workers on a joined cluster inherit `ray start`'s environment, not the driver's: the driver's HF_*, NCCL_*,
     ... reach them, over the trainer's defaults (NCCL_DEBUG=WARN); a variable a `ray job submit` runtime environment
-    sets stays the job's (two values were a crash in ray.init); other driver variables stay the driver's."""
+    sets stays the job's (two values were a crash in ray.init); other driver variables stay the driver's. They work
+    in the driver's directory with its PYTHONPATH (they started where `ray start` ran, without it: a reward file's
+    relative paths and its helper modules failed on the cluster alone)."""
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "run_helper_module.py").write_text("VALUE = 7\n")
     code = (
         "import os, ray\nfrom verl.trainer.ray_setup import start_ray\nstart_ray('cpu', 1, 300.0)\n"
         "names = ['HF_HUB_OFFLINE', 'NCCL_DEBUG', 'VLLM_LOGGING_LEVEL', 'TOKENIZERS_PARALLELISM', 'DRIVER_ONLY']\n"
-        "seen = ray.get(ray.remote(num_cpus=0)(lambda: [os.environ.get(n) for n in names]).remote())\n"
-        "print(dict(zip(names, seen)))\n"
+        "def look():\n    import run_helper_module\n"
+        "    return [os.environ.get(n) for n in names] + [os.getcwd(), run_helper_module.VALUE]\n"
+        "seen = ray.get(ray.remote(num_cpus=0)(look).remote())\n"
+        "print(dict(zip(names + ['cwd', 'helper'], seen)))\n"
     )
     job = {"runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "DEBUG"}}}
     extra = {"HF_HUB_OFFLINE": "1", "NCCL_DEBUG": "INFO", "DRIVER_ONLY": "x", "RAY_ADDRESS": two_node_cluster.address}
     env = {**os.environ, **extra, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(job)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(helpers), REPO, env.get("PYTHONPATH")]))
     env.pop("VLLM_LOGGING_LEVEL", None)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    run = dict(env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", code], **run)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
     assert seen == {
@@ -257,6 +267,8 @@ def test_a_driver_joining_a_cluster_gives_its_workers_its_hub_and_collective_set
         "VLLM_LOGGING_LEVEL": "DEBUG",
         "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "false"),
         "DRIVER_ONLY": None,
+        "cwd": str(tmp_path),
+        "helper": 7,
     }
 
 

@@ -1110,6 +1110,26 @@ def test_a_step_that_fails_before_its_update_saves_the_last_one(workspace, capsy
     assert "Step 2 stopped in the user's code (the error follows); step 1, which the workers hold, is saved" in err
 
 
+def test_a_reward_actor_that_cannot_start_stops_the_run_before_any_step(workspace, capsys):
+    """The reward file's top level failing on the actor's node alone (a relative path, a module only the driver's node
+    has): found at the first scoring, after every worker and engine had started, as a process "killed, or out of
+    memory" with the real error under Ray's traceback. Now a setup error with the file's own."""
+    from verl.trainer.main import main
+
+    reward = workspace["root"] / "actor_only_failure.py"
+    reward.write_text(
+        "import ray\n\nif ray.is_initialized() and ray.get_runtime_context().get_actor_id():\n"
+        "    raise FileNotFoundError('lookup.json is not on this node')\n\n\n"
+        "def compute_score(sample):\n    return {'overall': 0.0}\n"
+    )
+    args = (f"worker.reward.reward_function={reward}:compute_score", "worker.reward.run_in=actor")
+    assert main(text_args(workspace, "actor_cannot_start", *args)) == 2
+    err = capsys.readouterr().err
+    message = err[err.index("Error: ") :]
+    assert message.startswith("Error: The reward actor (worker.reward.run_in=actor) could not start:"), err
+    assert "FileNotFoundError: lookup.json is not on this node" in message and "killed" not in message, err
+
+
 def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsys):
     """The reward actor's process killed (as the OOM killer does) ended the run in Ray's traceback."""
     from verl.trainer.main import main

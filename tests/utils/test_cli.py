@@ -99,6 +99,21 @@ def test_a_client_or_job_api_address_is_refused_and_local_starts_a_ray_of_its_ow
         assert f"SetupError: RAY_ADDRESS={address} is a Ray Client or job-submission address" in result.stderr
 
 
+def test_a_cluster_address_that_does_not_answer_is_named_at_once():
+    """Ray retried an address nobody listens on for minutes, printing its own warnings, and outlived a first
+    SIGTERM; the run now says so before ray.init."""
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = "from verl.trainer.ray_setup import start_ray; start_ray('cpu', 1, 5.0)"
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    result = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 1
+    assert f"SetupError: RAY_ADDRESS=127.0.0.1:{port} does not answer (Connection refused)" in result.stderr
+
+
 def test_a_config_error_without_a_config_file_says_so_with_the_usage(capsys):
     """`python -m verl.trainer.main` alone failed on the built-in defaults (grpo needs rollout.n > 1) with no word
     that no config=FILE was given."""

@@ -20,6 +20,10 @@ batches one at a time; `where` and `close` run beside a batch being scored (the 
 function neither hides where it waits nor holds up the run's end."""
 
 
+class RewardActorStartError(RuntimeError):
+    """The reward actor could not be built on its node."""
+
+
 class ActorReward:
     """A RewardActor behind `LocalReward`'s `submit`, `where` and `close` (worker.reward.run_in=actor)."""
 
@@ -29,6 +33,19 @@ class ActorReward:
     def submit(self, data: DataProto) -> Any:
         """Start scoring `data`; returns the ObjectRef of what `compute_reward` returns."""
         return self.actor.compute_reward.remote(data)
+
+    def wait_until_started(self) -> None:
+        """Return once the actor is built; a RewardActorStartError with its own error where it could not be (the
+        reward file's top level failing on the actor's node: the run found it at the first scoring, after every
+        worker and engine had started, reported as a killed process)."""
+        try:
+            ray.get(self.actor.where.options(concurrency_group="control").remote())
+        except ray.exceptions.RayActorError as error:
+            lines = [line for line in str(error).splitlines()[1:] if line.strip().strip("^")]
+            raise RewardActorStartError(
+                "The reward actor (worker.reward.run_in=actor) could not start: "
+                + ("\n".join(lines) if lines else str(error))
+            ) from None
 
     def where(self, timeout_s: float = 30.0) -> str:
         """`LocalReward.where` of the actor, or why it did not answer."""

@@ -23,7 +23,7 @@ from verl.trainer.preemption import daemons_ended_with_the_signal, exit_if_stopp
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
 from verl.utils.cli import cluster_address
-from verl.utils.worker_setup import WORKER_SETUP_HOOK
+from verl.utils.worker_setup import DRIVER_CWD_ENV, WORKER_SETUP_HOOK
 
 
 logger = logging.getLogger(__name__)
@@ -48,9 +48,10 @@ DRIVER_ENV_PREFIXES = (
     "PYTORCH_",
     "TORCH_",
 )
-DRIVER_ENV_NAMES = ("USE_MODELSCOPE_HUB", "MODELSCOPE_CACHE", "TOKENIZERS_PARALLELISM")
+DRIVER_ENV_NAMES = ("USE_MODELSCOPE_HUB", "MODELSCOPE_CACHE", "TOKENIZERS_PARALLELISM", "PYTHONPATH")
 """The driver's variables every worker gets: on a cluster joined through RAY_ADDRESS a worker inherits the environment
-of `ray start`, not the driver's (HF_HUB_OFFLINE set for an unreachable hub, HF_HOME, HF_TOKEN, NCCL_DEBUG, ...)."""
+of `ray start`, not the driver's (HF_HUB_OFFLINE set for an unreachable hub, HF_HOME, HF_TOKEN, NCCL_DEBUG, the
+PYTHONPATH a reward file's own imports need, ...)."""
 
 
 def worker_env(device: str) -> dict[str, str]:
@@ -60,6 +61,7 @@ def worker_env(device: str) -> dict[str, str]:
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARN", "NCCL_DEBUG": "WARN"}
     env.update(quiet.worker_env_vars())
     env.update({k: v for k, v in os.environ.items() if k.startswith(DRIVER_ENV_PREFIXES) or k in DRIVER_ENV_NAMES})
+    env[DRIVER_CWD_ENV] = os.getcwd()  # a joined cluster's workers start where `ray start` ran (worker_setup)
     if device == "cpu":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
     else:
@@ -137,10 +139,40 @@ def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = 
             "with `ray job submit -- python -m verl.trainer.main ...`."
         )
     if address is not None:
-        ray.init(address=address, runtime_env=runtime_env)
+        _check_answers(address)
+        try:
+            ray.init(address=address, runtime_env=runtime_env)
+        except ConnectionError as error:  # a token the cluster refuses (InvalidAuthToken) after 20 s of retries
+            raise SetupError(
+                f"Could not join the Ray cluster at RAY_ADDRESS={address}: {str(error).strip()[:300]}. A cluster "
+                "started by `ray start` may require a token: run with the RAY_AUTH_MODE (and token) settings its "
+                "nodes use."
+            ) from None
         restore_sigterm()
     else:
         _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s, restore_sigterm)
+
+
+CONNECT_CHECK_S = 10.0
+"""How long the cluster's control store may take to accept a connection before the run says it does not answer."""
+
+
+def _check_answers(address: str) -> None:
+    """A SetupError where RAY_ADDRESS's host:port accepts no connection (Ray itself retries for minutes, printing its
+    own warnings, and outlives a first SIGTERM meanwhile); "auto" and other forms are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S).close()
+    except OSError as error:
+        raise SetupError(
+            f"RAY_ADDRESS={address} does not answer ({error.strerror or error}): start the cluster's head there "
+            "(`ray start --head`), correct the address (the one `ray start --head` printed), or unset RAY_ADDRESS to "
+            "run on this machine alone."
+        ) from None
 
 
 def _start_local_ray(

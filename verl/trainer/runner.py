@@ -13,7 +13,7 @@ from verl.algorithms.advantages import estimator_needs_critic
 from verl.data.rollout_dump import set_aside_later_rollouts
 from verl.data.tokenizer import get_processor, get_tokenizer, template_reads, vocabulary_difference
 from verl.rewards.local import LocalReward
-from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
+from verl.rewards.ray_actor import ActorReward, RewardActorStartError, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes, describe_cluster
 from verl.trainer.async_trainer import IN_FLIGHT_FILE, AsyncRayPPOTrainer
@@ -386,6 +386,12 @@ def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             workers = create_worker_groups(config, device)
         except EngineSettingError as err:  # e.g. a hybrid model's KV cache, which the config cannot size beforehand
             raise SetupError(user_error_message(err)) from None
+        if isinstance(reward_fn, ActorReward):  # it started beside the workers, as the judge
+            try:
+                reward_fn.wait_until_started()
+            except RewardActorStartError as err:
+                workers.shutdown()
+                raise SetupError(str(err)) from None
         if judge is not None:  # it started beside the workers; an engine that could not is found now
             from verl.rewards.llm_judge import wait_for_judge
 
