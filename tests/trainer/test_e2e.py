@@ -150,6 +150,8 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     assert all(0.3 < row["perf/cpu_max_rss_gb"] < row["perf/cpu_memory_used_gb"] for row in steps), steps
     assert "perf/max_memory_allocated_gb" not in steps[-1]  # CUDA only
     assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
+    (before,) = [row for row in rows if row["step"] == 0]  # validation's sync, the run's first, was checked too
+    assert before["rollout/weight_sync_mean_gap"] <= 1e-3 and "val/reward_score" in before
     assert "val/reward_score" in val_metrics
     logged = {key for row in rows for key in row} | set(val_metrics)
     assert undocumented_metrics(logged) == []
@@ -624,7 +626,9 @@ def test_grpo_mamba_hybrid_trains_on_the_engines_log_probs(workspace):
         )
     )
     run_ppo(config)
-    steps = [row for row in read_log(workspace["root"] / "falcon_h1") if "critic/score/mean" in row]
+    rows = read_log(workspace["root"] / "falcon_h1")
+    assert [row["step"] for row in rows] == [1, 2]  # no empty row for a validation there is none of
+    steps = [row for row in rows if "critic/score/mean" in row]
     assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     # the wait for the scores the log-prob passes did not hide is the reward's, not the advantage's (however long
     # the passes take on a loaded machine, they and the reward's wait cover the function's 3 s)

@@ -22,12 +22,12 @@ STEPS = {1: {"critic/score/mean": 0.25, "actor/pg_loss": -0.5}, 2: {"critic/scor
 GENERATIONS = [("1+1?", "2", "2", 1.0)]
 
 
-def run_tracker(name: str, log_dir: str) -> None:
+def run_tracker(name: str, log_dir: str, status: str = "finished") -> None:
     tracker = Tracker([name], project="proj", experiment="exp", log_dir=log_dir, config=CONFIG)
     for step, metrics in STEPS.items():
         tracker.log(metrics, step)
     tracker.log_generations(GENERATIONS, step=2)
-    tracker.finish()
+    tracker.finish(status)
 
 
 def test_file_backend(tmp_path):
@@ -169,9 +169,11 @@ def test_wandb_backend_offline(tmp_path, monkeypatch):
     assert history == [(1, 0.25), (2, 0.75)]
 
 
-def test_mlflow_backend_file_store(tmp_path, monkeypatch):
+@pytest.mark.parametrize("status", ["finished", "failed", "killed"])
+def test_mlflow_backend_file_store(tmp_path, monkeypatch, status):
+    """Also how the run ended: a run an error stopped showed as FINISHED on the dashboard."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    run_tracker("mlflow", str(tmp_path))
+    run_tracker("mlflow", str(tmp_path), status)
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -181,6 +183,7 @@ def test_mlflow_backend_file_store(tmp_path, monkeypatch):
     history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "critic/score/mean")]
     assert sorted(history) == [(1, 0.25), (2, 0.75)]
     assert run.data.params["data.seed"] == "1"
+    assert run.info.status == status.upper()
     assert mlflow is not None
 
 
@@ -459,3 +462,15 @@ def test_mlflow_metrics_do_not_hold_the_step_while_the_store_is_slow(tmp_path, m
     (run,) = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
     history = client.get_metric_history(run.info.run_id, "critic/score/mean")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.25), (2, 0.75)]
+
+
+def test_how_a_run_ended_is_its_error_s_kind():
+    import signal
+
+    from verl.trainer.preemption import TrainingInterrupted, run_status
+
+    assert run_status(None) == "finished"
+    assert run_status(TrainingInterrupted(signal.SIGTERM, 3, None)) == run_status(KeyboardInterrupt()) == "killed"
+    assert run_status(RuntimeError("a reward function raised")) == "failed"
+    with pytest.raises(ValueError, match="'crashed' is not one of"):
+        Tracker(["console"], "p", "e", "/nonexistent", {}).finish("crashed")

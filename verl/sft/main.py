@@ -44,7 +44,7 @@ from verl.trainer.checkpointing import (
     step_of,
     warn_if_data_changed,
 )
-from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
+from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted, run_status
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
@@ -174,7 +174,7 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
     )
     root = trainer.save_checkpoint_path
     start = step_of(resume) if resume is not None else 0
-    tracker = None
+    tracker, ended = None, None
     try:
         tracker = Tracker(
             trainer.logger,
@@ -235,10 +235,13 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             export(group, os.path.join(root, "huggingface"), step_dir(root, step), config.worker.model)
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
         return metrics
+    except BaseException as error:
+        ended = error
+        raise
     finally:
         signals.stopping()  # a signal from here on exits at once: nothing is left to save
         if tracker is not None:
-            tracker.finish()
+            tracker.finish(run_status(ended))
         group.shutdown()
         pool.remove()
 

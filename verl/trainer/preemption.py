@@ -250,3 +250,11 @@ class RunSignals:
     def installed(self) -> Iterator["RunSignals"]:
         with _handling(self._handle):
             yield self
+
+
+def run_status(error: BaseException | None) -> str:
+    """How a run that ended with `error` (None: on its own) ended, for the trackers' dashboards (`Tracker.finish`):
+    finished, killed (a signal, Ctrl-C) or failed."""
+    if error is None:
+        return "finished"
+    return "killed" if isinstance(error, (TrainingInterrupted, KeyboardInterrupt)) else "failed"

@@ -494,7 +494,8 @@ class RayPPOTrainer:
             n,
             len(self.val_dataloader),
         )
-        wg.prepare_rollout_engine()
+        synced = new_metric_store()
+        append_metrics(synced, wg.prepare_rollout_engine() or {})
         for batch_index, batch in enumerate(self.val_dataloader):
             uids = [f"val-{batch_index}-{i}" for i in range(len(batch))]
             batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
@@ -524,6 +525,10 @@ class RayPPOTrainer:
         result = reduce_metrics(metrics)
         result["val/reward_score"] = float(np.mean(scores)) if scores else 0.0
         result.update(validation_score_metrics(scores, prompt_ids, sources))
+        # the first sync's weight check (val_before_train makes it here): its figures go in this row
+        result.update(
+            {key: value for key, value in reduce_metrics(synced).items() if key.startswith("rollout/weight_sync_")}
+        )
         self._log_generations(samples)
         return result
 
@@ -639,7 +644,7 @@ class RayPPOTrainer:
         resumed = self.global_step > 0
         val_metrics: dict[str, float] = {}
         # A resumed run validated before its checkpoint; validating again would only log a second row for the step.
-        if trainer.val_only or (trainer.val_before_train and not resumed):
+        if trainer.val_only or (trainer.val_before_train and not resumed and self.val_dataloader is not None):
             val_metrics = self.validate()
             self.tracker.log(val_metrics, step=self.global_step)
             if trainer.val_only:

@@ -30,7 +30,7 @@ from verl.trainer.config import PPOConfig, admission_splits, round_size, worker_
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.node_check import check_nodes_see_run_files, rl_worker_paths
-from verl.trainer.preemption import RunSignals
+from verl.trainer.preemption import RunSignals, run_status
 from verl.trainer.ray_setup import SetupError, init_ray, write_timeline
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
@@ -421,6 +421,7 @@ def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             )
         except LoggerStartError as err:
             raise SetupError(str(err)) from None
+        ended: BaseException | None = None
         try:
             mode = config.worker.rollout.mode
             extra = {"rollout_wg": workers.rollout, "device": device} if mode == "disaggregated" else {}
@@ -439,9 +440,12 @@ def _train(config: PPOConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                 **extra,
             )
             return trainer.fit()
+        except BaseException as error:
+            ended = error
+            raise
         finally:
             signals.stopping()  # a signal from here on exits at once: nothing is left to save
-            tracker.finish()
+            tracker.finish(run_status(ended))
     finally:
         if trainer_config.ray_timeline:  # before the workers stop (a stopped worker's last events are lost)
             write_timeline(trainer_config.ray_timeline)

@@ -36,8 +36,8 @@ class Backend:
     def log_generations(self, samples: list[Generation], step: int) -> None:
         pass
 
-    def finish(self) -> None:
-        pass
+    def finish(self, status: str = "finished") -> None:
+        """End the run as `status`: finished, failed (an error stopped it) or killed (a signal stopped it)."""
 
 
 _NOT_NUMBERS: set[str] = set()
@@ -225,7 +225,7 @@ class TensorBoardBackend(Backend):
         )
         self.writer.add_text("val/generations", text, step)
 
-    def finish(self) -> None:
+    def finish(self, status: str = "finished") -> None:
         self.writer.close()
 
 
@@ -386,8 +386,8 @@ class WandbBackend(Backend):
         table = self.wandb.Table(columns=["step", *GENERATION_FIELDS], data=self.rows)
         self.run.log({"val/generations": table}, step=step)
 
-    def finish(self) -> None:
-        self.run.finish()
+    def finish(self, status: str = "finished") -> None:
+        self.run.finish(exit_code=0 if status == "finished" else 1)  # the W&B run shows as failed otherwise
 
 
 class SwanlabBackend(Backend):
@@ -408,8 +408,8 @@ class SwanlabBackend(Backend):
         texts = [self.swanlab.Text(f"{p}\n---\n{r}\n---\n{g} (score {s})") for p, r, g, s in samples]
         self.swanlab.log({"val/generations": texts}, step=step)
 
-    def finish(self) -> None:
-        self.swanlab.finish()
+    def finish(self, status: str = "finished") -> None:
+        self.swanlab.finish(state={"finished": "success", "failed": "crashed"}.get(status, "aborted"))
 
 
 _MLFLOW_NOT_IN_NAMES = re.compile(r"[^\w./\- :]")
@@ -472,9 +472,9 @@ class MlflowBackend(Backend):
         rows = [dict(zip(GENERATION_FIELDS, sample)) for sample in samples]
         self.mlflow.log_text(json.dumps(rows, indent=2), f"generations/step_{step}.json")
 
-    def finish(self) -> None:
+    def finish(self, status: str = "finished") -> None:
         self.mlflow.flush_async_logging()
-        self.mlflow.end_run()
+        self.mlflow.end_run(status=status.upper())  # FINISHED, FAILED or KILLED, MLflow's run states
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

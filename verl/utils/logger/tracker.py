@@ -27,6 +27,10 @@ class LoggerStartError(ValueError):
     """A backend of trainer.logger failed to start (the trainers report it as a setup error, one line)."""
 
 
+RUN_STATUSES = ("finished", "failed", "killed")
+"""How a run ended, for `Tracker.finish`: on its own, stopped by an error, stopped by a signal (preemption, Ctrl-C)."""
+
+
 class Tracker:
     """`start_step`: the checkpoint step the run resumes from (0 for a new run), so that the file and TensorBoard logs
     drop what the run redoes or starts over; `val_only`: a validation-only run, logged beside the training run's."""
@@ -57,7 +61,7 @@ class Tracker:
             try:
                 self.backends[name] = factories[name]()
             except Exception as err:  # a bad mode, an unknown run id, a tracking server down: one line, not its stack
-                self.finish()
+                self.finish("failed")
                 cause = " ".join(str(err).split())
                 raise LoggerStartError(
                     f"trainer.logger's {name} could not start ({type(err).__name__}: {cause[:400]}); fix its "
@@ -71,8 +75,12 @@ class Tracker:
         if samples:
             self._each("log_generations", samples, step)
 
-    def finish(self) -> None:
-        self._each("finish")
+    def finish(self, status: str = "finished") -> None:
+        """End every backend's run as `status` (RUN_STATUSES): a tracking server's dashboard shows a run an error or a
+        signal stopped as such, not as finished."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"Tracker.finish: status {status!r} is not one of {RUN_STATUSES}.")
+        self._each("finish", status)
 
     def _each(self, method: str, *args: Any) -> None:
         """Call `method` on every backend. One that fails (a full disk under the file log, a tracking server that
