@@ -256,7 +256,10 @@ def test_missing_config_file(files):
         (["worker.actor.max_grad_norm=-1"], r"worker.actor.max_grad_norm.*positive, got -1"),
         (["worker.actor.ppo_epochs=0"], r"worker.actor.ppo_epochs.*positive, got 0"),
         (["worker.actor.optim.lr=-1e-6"], r"worker.actor.optim.lr.*zero or positive"),
-        (["worker.rollout.seed=-3"], r"worker.rollout.seed.* is a seed, which must lie in \[0, 2\*\*63\)"),
+        (["worker.rollout.seed=-3"], r"worker.rollout.seed.* is a seed, which must lie in \[0, 2\*\*32\)"),
+        (["worker.rollout.seed=4294967296"], r"worker.rollout.seed.* must lie in \[0, 2\*\*32\), got 4294967296"),
+        (['worker.rollout.val_override_config={"seed": -5}'], r"val_override_config.seed must be an integer in \["),
+        (['worker.rollout.val_override_config={"logprobs": 50}'], r"val_override_config.logprobs must be at most 20"),
         (
             ["data.seed=18446744073709551616"],
             r"data.seed.* is a seed, which must lie in \[0, 2\*\*63\), got 18446744073709551616",
@@ -544,8 +547,9 @@ def test_a_judge_on_a_gpu_is_refused_without_one(files):
 
 
 def test_not_implemented_knobs_are_refused(files):
-    with pytest.raises(NotImplementedError, match="LoRA is implemented for the actor only"):
-        load_config([*base_args(files), "worker.critic.model.lora.rank=8"])
+    for key in ("rank=8", "alpha=32", "target_modules=q_proj", "vision_tower=true"):  # only rank was refused
+        with pytest.raises(NotImplementedError, match=r"lora\.\w+=.*LoRA is implemented for the actor only"):
+            load_config([*base_args(files), f"worker.critic.model.lora.{key}"])
     with pytest.raises(ConfigError, match="hybrid_engine=false: the engines' placement is worker.rollout.mode"):
         load_config([*base_args(files), "worker.hybrid_engine=false"])
 
@@ -1943,3 +1947,23 @@ def test_a_cpu_judge_on_a_cuda_machine_is_refused_at_validation(files, monkeypat
     judge = [f"worker.reward.judge.model_path={files / 'model'}", "trainer.device=cuda"]
     with pytest.raises(ConfigError, match=r"judge.num_gpus=0 runs the judge on the CPU, which the GPU build"):
         load_config([*base_args(files), *judge])
+
+
+def test_settings_that_could_never_train_as_asked_are_refused(files, caplog):
+    """Online filtering over groups of one response (each all equal: no step ever filled, also without a round
+    limit); ignore_eos in episodes (a turn ends at the end-of-turn token). A generation round that does not divide
+    the step is warned about (its surplus is dropped every step)."""
+    with pytest.raises(ConfigError, match=r"online_filtering=true .* worker.rollout.n=1 .* no step could ever"):
+        load_config(
+            [*base_args(files), "algorithm.online_filtering=true", "worker.rollout.n=1"]
+            + ["algorithm.adv_estimator=reinforce_plus_plus"]
+        )
+    env = f"worker.rollout.env={REPO}/examples/envs/guess_number.py:GuessNumber"
+    with pytest.raises(ConfigError, match=r"ignore_eos=true with worker.rollout.env=.* every episode would be one"):
+        load_config([*base_args(files), env, "worker.rollout.ignore_eos=true"])
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), "data.mini_rollout_batch_size=2"])
+        assert "does not divide" not in caplog.text
+        load_config([*base_args(files), "data.mini_rollout_batch_size=3"])
+    assert "data.mini_rollout_batch_size=3 does not divide data.rollout_batch_size=8" in caplog.text
+    assert "makes 1 prompts' groups more than the step takes" in caplog.text

@@ -825,6 +825,22 @@ def check_cross_section(config: PPOConfig) -> None:
             f"algorithm.adv_estimator={algorithm.adv_estimator} compares responses within a group (it takes `index`, "
             f"the group ids) and needs worker.rollout.n > 1 (got {rollout.n}); raise worker.rollout.n."
         )
+    if algorithm.online_filtering and rollout.n < 2:
+        raise ConfigError(
+            "algorithm.online_filtering=true drops every group whose rewards are all equal, and with "
+            f"worker.rollout.n={rollout.n} every group is one response: no step could ever be filled. Raise "
+            "worker.rollout.n, or turn online filtering off."
+        )
+    rounds = data.mini_rollout_batch_size
+    if rounds is not None and not algorithm.online_filtering and data.rollout_batch_size % rounds:
+        logger.warning(
+            "data.mini_rollout_batch_size=%d does not divide data.rollout_batch_size=%d: each step's last generation "
+            "round makes %d prompts' groups more than the step takes, which are dropped (as in EasyR1). A divisor "
+            "wastes none.",
+            rounds,
+            data.rollout_batch_size,
+            -data.rollout_batch_size % rounds,
+        )
     if config.trainer.critic_warmup > 0 and not _algorithms().estimator_needs_critic(algorithm.adv_estimator):
         raise ConfigError(
             f"trainer.critic_warmup={config.trainer.critic_warmup} trains only the critic for its first steps, and "
@@ -870,6 +886,12 @@ def check_cross_section(config: PPOConfig) -> None:
         raise ConfigError(
             "algorithm.mask_truncated_responses=true with worker.rollout.ignore_eos=true: every response then runs to "
             "the length budget and counts as cut, so the actor would learn from none; drop one of the two."
+        )
+    if rollout.ignore_eos and rollout.env:
+        raise ConfigError(
+            f"worker.rollout.ignore_eos=true with worker.rollout.env={rollout.env!r}: a turn ends at the model's "
+            "end-of-turn token, which the engine would then ignore, so every episode would be one turn run to its "
+            "length budget; drop ignore_eos."
         )
     if algorithm.ref_sync_steps > 0 and worker.actor.model.lora.rank > 0:
         raise ConfigError(

@@ -387,11 +387,11 @@ SEED_LIMIT = 2**63
 """Seeds lie in [0, 2**63): torch's generators take no larger one, and the rollout derives per-request seeds from it."""
 
 
-def require_seed(section: Any, prefix: str, *names: str) -> None:
-    """Each named field of `section` is a seed: 0 <= value < SEED_LIMIT."""
+def require_seed(section: Any, prefix: str, *names: str, bits: int = 63) -> None:
+    """Each named field of `section` is a seed: 0 <= value < 2**bits (SEED_LIMIT; vLLM's engine takes 32 bits)."""
     for name, value in _values(section, names):
-        if not 0 <= value < SEED_LIMIT:
-            raise ConfigError(f"Config key '{prefix}{name}' is a seed, which must lie in [0, 2**63), got {value}.")
+        if not 0 <= value < min(2**bits, SEED_LIMIT):
+            raise ConfigError(f"Config key '{prefix}{name}' is a seed, which must lie in [0, 2**{bits}), got {value}.")
 
 
 def require_pixel_range(section: Any, prefix: str) -> None:

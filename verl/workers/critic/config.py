@@ -6,6 +6,7 @@
 batch sizes, its model being required by gae) are `verl.trainer.config`'s.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig
@@ -54,10 +55,12 @@ class CriticConfig:
     def validate(self, prefix: str) -> None:
         validate_trained_section(self, prefix)
         require_positive(self, prefix, "cliprange_value")
-        if self.model.lora.rank > 0:
+        lora, defaults = self.model.lora, type(self.model.lora)()
+        changed = [f.name for f in dataclasses.fields(lora) if getattr(lora, f.name) != getattr(defaults, f.name)]
+        if changed:  # (rank, alpha, target_modules, ...: none of them is read)
             raise NotImplementedError(
-                f"{prefix}model.lora.rank={self.model.lora.rank}: LoRA is implemented for the actor only; set it to 0 "
-                "(the critic trains all weights)."
+                f"{prefix}model.lora.{changed[0]}={getattr(lora, changed[0])}: LoRA is implemented for the actor "
+                f"only; remove the {prefix}model.lora keys (the critic trains all weights)."
             )
 
     def check_files(self, prefix: str) -> None:

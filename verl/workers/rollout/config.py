@@ -48,7 +48,9 @@ OVERRIDE_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "frequency_penalty": (lambda v: _number(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     "repetition_penalty": (lambda v: _number(v) and v > 0, "a positive number"),
     "min_tokens": (lambda v: _int(v) and v >= 0, "an integer of at least 0"),
-    "seed": (lambda v: v is None or _int(v), "an integer"),
+    "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**32), "an integer in [0, 2**32)"),
+    "logprobs": (lambda v: v is None or (_int(v) and 0 <= v <= 20), "at most 20, the engine's max_logprobs"),
+    "prompt_logprobs": (lambda v: v is None or (_int(v) and 0 <= v <= 20), "at most 20, the engine's max_logprobs"),
     "stop_token_ids": (lambda v: isinstance(v, list) and all(_int(i) for i in v), "a list of token ids"),
 }
 """What vLLM's SamplingParams accepts for the overridable fields it range-checks (temperature, top_p and top_k:
@@ -273,7 +275,7 @@ class RolloutConfig:
         positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
         require_positive(self, prefix, *positive, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
         require_non_negative(self, prefix, "limit_images", "max_staleness")
-        require_seed(self, prefix, "seed")
+        require_seed(self, prefix, "seed", bits=32)  # vLLM's engine refuses a larger one as it starts
         for name, allowed in CHOICES.items():
             require_choice(self, prefix, name, allowed)
         if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
