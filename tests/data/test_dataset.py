@@ -270,6 +270,15 @@ def test_answer_that_is_not_a_json_value_names_the_row(text_tokenizer, answer, p
         RLHFDataset(rows, text_tokenizer)
 
 
+@pytest.mark.parametrize("cap", [0, 2.5, "16", True])
+def test_a_row_response_cap_that_is_no_positive_integer_names_the_row(text_tokenizer, cap):
+    """It failed in a rollout worker at the row's first generation."""
+    rows = [ROWS[0], {**ROWS[0], "max_response_tokens": cap}]
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'max_response_tokens': .* must be a positive integer"):
+        RLHFDataset(rows, text_tokenizer)
+    assert len(RLHFDataset([{**ROWS[0], "max_response_tokens": 16.0}, ROWS[0]], text_tokenizer)) == 2
+
+
 def test_int_answers_stored_as_floats_reach_the_reward_as_ints(tmp_path, text_tokenizer):
     """An int column with a missing value is stored as floats (pandas, Arrow), as are JSON Lines answers 3, 4, 5.5:
     they reached reward functions as "42.0", which the exact-match rewards (examples/reward_function) score 0 against

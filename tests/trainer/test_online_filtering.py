@@ -127,3 +127,20 @@ def test_the_reward_models_metrics_are_logged_when_online_filtering_scores_the_b
     kept = driver._filter_groups(batch, metrics)
     assert uids(kept) == ["a"] and len(kept) == 2  # the mixed group
     assert reduce_metrics(metrics)["reward_model/truncated_ratio"] == 0.25
+
+
+def test_a_filter_key_some_routes_do_not_return_is_named():
+    """With reward routes, a key only some routes return is NaN on the others' rows: their groups were dropped every
+    step without a word (and a round of only those prompts stopped the run naming the key as unknown)."""
+    driver = trainer(rollout_batch_size=2, online_filtering=True)
+    driver.config.algorithm.filter_key = "accuracy"
+    route_key = driver.config.worker.reward.route_key
+
+    def generate_round() -> DataProto:
+        batch = rounds((MIXED, MIXED))()
+        batch.non_tensor_batch["reward/accuracy"] = np.array([0.0, 1.0, float("nan"), float("nan")], dtype=object)
+        batch.non_tensor_batch[route_key] = np.array(["math", "math", "chat", "chat"], dtype=object)
+        return batch
+
+    with pytest.raises(OnlineFilteringError, match=r"filter_key='accuracy' is not a score of every sample \(the rows"):
+        driver._fill_batch(generate_round, new_metric_store())

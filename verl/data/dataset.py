@@ -68,6 +68,10 @@ RESERVED_COLUMNS = tuple(
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
 
 
+RESPONSE_BUDGET_COLUMN = "max_response_tokens"
+"""A dataset column that caps each row's responses below data.max_response_length (the padded width stays)."""
+
+
 class DatasetRowError(ValueError):
     """A row that cannot become a prompt; the message names the file, the row index and the key."""
 
@@ -498,6 +502,12 @@ class RLHFDataset(Dataset):
         if answer is not None and not isinstance(answer, (str, list, dict)):
             problem = f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}"
             raise self._error(index, self.answer_key, problem)
+        budget = row.get(RESPONSE_BUDGET_COLUMN)  # a row's own response cap: checked here, not in a worker
+        if budget is not None and not (isinstance(budget, float) and np.isnan(budget)):
+            number = isinstance(budget, (int, float, np.integer, np.floating)) and not isinstance(budget, bool)
+            if not number or budget < 1 or budget % 1:
+                problem = f"a row's response cap must be a positive integer (or null), got {budget!r}"
+                raise self._error(index, RESPONSE_BUDGET_COLUMN, problem)
         images, videos = self._media(index, row)
         content = self._format(index, row, prompt)
         messages = [*earlier, {"role": "user", "content": self._content(index, content, len(images), len(videos))}]

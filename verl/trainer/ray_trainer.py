@@ -295,8 +295,18 @@ class RayPPOTrainer:
                 f"algorithm.filter_key='{algo.filter_key}' is not a score the reward returns (it returns {names}); "
                 "set algorithm.filter_key to one of them."
             )
+        values = np.asarray(batch.non_tensor_batch[column], dtype=np.float64)
+        if np.isnan(values).any():  # a key some routes do not return (NaN there): their groups were always dropped
+            route_key = self.config.worker.reward.route_key
+            routes = batch.non_tensor_batch.get(route_key)
+            without = sorted({str(r) for r in routes[np.isnan(values)]}) if routes is not None else []
+            where = f"the rows of {route_key} {without} have none" if without else "some rows have none"
+            raise OnlineFilteringError(
+                f"algorithm.filter_key='{algo.filter_key}' is not a score of every sample ({where}), so their groups "
+                "could never be kept; filter on a key every reward returns (overall)."
+            )
         keep = core_algos.filter_groups_by_reward(
-            np.asarray(batch.non_tensor_batch[column], dtype=np.float64),
+            values,
             batch.non_tensor_batch["uid"],
             algo.filter_low,
             algo.filter_high,

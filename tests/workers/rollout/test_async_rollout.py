@@ -179,8 +179,12 @@ def test_per_row_response_budgets_hold_in_both_modes(rollout) -> None:
         assert max(lengths[2:4]) == RESPONSE_LENGTH  # the random model never stops by itself: no limit, full length
         assert output.batch["responses"].shape[1] == RESPONSE_LENGTH  # padded to the configured width
     prompts.non_tensor_batch["max_response_tokens"] = np.array([4, 0, 9], dtype=object)
-    with pytest.raises(ValueError, match=r"row 1 has max_response_tokens=0; it must be an integer in \[1, 48\]"):
+    with pytest.raises(ValueError, match=r"row 1 has max_response_tokens=0; it must be a positive integer"):
         rollout.generate_sequences(prompts)
+    # a cap above the step's length (a response_length_schedule stage below it) is the step's: it was an error
+    prompts.non_tensor_batch["max_response_tokens"] = np.array([4, RESPONSE_LENGTH + 50, 9], dtype=object)
+    lengths = rollout.generate_sequences(prompts).batch["response_mask"].sum(-1).tolist()
+    assert max(lengths[2:4]) == RESPONSE_LENGTH, lengths
 
 
 def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from verl.data.dataset import RESPONSE_BUDGET_COLUMN
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.data.tokenizer import eos_token_ids
 from verl.envs import load_environment
@@ -207,12 +208,9 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_json: dict[str,
     return kwargs
 
 
-RESPONSE_BUDGET_COLUMN = "max_response_tokens"
-"""A dataset column that caps each row's responses below data.max_response_length (the padded width stays)."""
-
-
 def row_budgets(prompts: DataProto, response_length: int) -> list[int]:
-    """Each row's most tokens per response: its `max_response_tokens` in [1, response_length], else response_length."""
+    """Each row's most tokens per response: its `max_response_tokens` (a positive integer, checked when the data
+    loads) up to response_length (this step's, data.response_length_schedule's stage), else response_length."""
     limits = prompts.non_tensor_batch.get(RESPONSE_BUDGET_COLUMN)
     if limits is None:
         return [response_length] * len(prompts)
@@ -221,12 +219,11 @@ def row_budgets(prompts: DataProto, response_length: int) -> list[int]:
         if value is None or (isinstance(value, float) and np.isnan(value)):
             budgets.append(response_length)
             continue
-        if isinstance(value, (bool, np.bool_)) or not float(value).is_integer() or not 1 <= value <= response_length:
+        if isinstance(value, (bool, np.bool_)) or not float(value).is_integer() or value < 1:
             raise ValueError(
-                f"Prompt row {row} has {RESPONSE_BUDGET_COLUMN}={value!r}; it must be an integer in [1, "
-                f"{response_length}] (data.max_response_length, or this step's response length limit)."
+                f"Prompt row {row} has {RESPONSE_BUDGET_COLUMN}={value!r}; it must be a positive integer."
             )
-        budgets.append(int(value))
+        budgets.append(min(int(value), response_length))  # a cap above the stage's length: the stage's
     return budgets
 
 
