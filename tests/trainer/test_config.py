@@ -1734,6 +1734,22 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_with_the_size_that_fit
     config.worker.rollout.max_model_len += 1
     with pytest.raises(ConfigError, match=r"2048 bytes of keys and values per token\): raise it to at least 2"):
         _check_kv_cache(config, on_cpu=False, model_config=dense)
+    # a CPU judge's cache, for its max_model_len or, unset, the model's whole context (it failed once Ray had started
+    # the judge's engine); and its temperature in vLLM's range
+    judge_model = config_only_model(files / "judge", {**dense, "max_position_embeddings": 4096})
+    judge = [f"worker.reward.judge.model_path={judge_model}", "worker.reward.judge.num_gpus=0"]
+    with pytest.raises(
+        ConfigError,
+        match=r"judge.kv_cache_memory_mb=1 cannot hold one sequence of 4096 tokens \(the model's whole context: "
+        r"worker.reward.judge.max_model_len unset\) .* at least 17, or set worker.reward.judge.max_model_len",
+    ):
+        load_config([*args, *judge, "worker.reward.judge.kv_cache_memory_mb=1"])
+    assert load_config([*args, *judge, "worker.reward.judge.kv_cache_memory_mb=17"])
+    assert load_config(
+        [*args, *judge, "worker.reward.judge.kv_cache_memory_mb=3", "worker.reward.judge.max_model_len=512"]
+    )
+    with pytest.raises(ConfigError, match=r"judge.temperature=3.0 must lie in \[0, 2\]"):
+        load_config([*args, *judge, "worker.reward.judge.temperature=3"])
 
 
 def test_flash_attention_is_refused_where_it_cannot_run(files):

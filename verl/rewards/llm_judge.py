@@ -143,8 +143,8 @@ class JudgeConfig:
             raise ValueError(f"{key}.weight={self.weight} must be a finite number.")
         if self.max_tokens < 1:
             raise ValueError(f"{key}.max_tokens={self.max_tokens} must be at least 1.")
-        if not self.temperature >= 0:
-            raise ValueError(f"{key}.temperature={self.temperature} must be >= 0 (0 is greedy).")
+        if not 0 <= self.temperature <= 2:  # vLLM's range, which it checked only once the judge's engine had started
+            raise ValueError(f"{key}.temperature={self.temperature} must lie in [0, 2] (0 is greedy).")
         if self.dtype not in DTYPES:
             raise ValueError(f"{key}.dtype={self.dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
         for name in ("kv_cache_memory_mb", "max_num_batched_tokens"):

@@ -1235,37 +1235,71 @@ _KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def _check_kv_cache(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any] | None) -> None:
     """An explicit KV cache (worker.rollout.kv_cache_memory_mb, always set on the CPU) must hold one sequence of
-    max_model_len tokens in whole blocks, plus vLLM's null block, else vLLM refuses it in every worker as the engine
-    starts. Checked for dense attention (every layer a full-attention layer with its own keys and values), whose
-    size is 2 x layers x key/value heads x head size x dtype bytes per token."""
+    max_model_len tokens (`kv_cache_shortfall`), else vLLM refuses it in every worker as the engine starts; so must a
+    CPU judge's (worker.reward.judge.kv_cache_memory_mb, for its max_model_len or the model's whole context)."""
     from verl.workers.rollout.config import CPU_DEFAULT_KV_CACHE_MB
 
     rollout = config.worker.rollout
     megabytes = rollout.kv_cache_memory_mb or (CPU_DEFAULT_KV_CACHE_MB if on_cpu else None)
-    if megabytes is None or model_config is None:
-        return
+    dtype = "float32" if on_cpu else DTYPE_NAMES.get(rollout.dtype, "")
+    tensor_parallel = rollout.tensor_parallel_size
+    short = kv_cache_shortfall(model_config, megabytes, rollout.max_model_len, dtype, tensor_parallel, on_cpu)
+    if short is not None:
+        raise ConfigError(
+            f"worker.rollout.kv_cache_memory_mb={megabytes} cannot hold one sequence of max_model_len="
+            f"{rollout.max_model_len} tokens of this model ({short[0]} bytes of keys and values per token): raise it "
+            f"to at least {short[1]}, or lower worker.rollout.max_model_len (default: data.max_prompt_length + "
+            "data.max_response_length)."
+        )
+    judge = config.worker.reward.judge
+    if judge.enabled and judge.num_gpus == 0:  # the CPU engine's cache is sized in megabytes
+        judge_model = read_model_config("worker.reward.judge.model_path", judge.model_path)
+        text = (judge_model or {}).get("text_config", judge_model or {})
+        length = judge.max_model_len or text.get("max_position_embeddings")
+        short = kv_cache_shortfall(judge_model, judge.kv_cache_memory_mb, length, "float32", 1, on_cpu=True)
+        if short is not None:
+            whole = (
+                "" if judge.max_model_len else " (the model's whole context: worker.reward.judge.max_model_len unset)"
+            )
+            raise ConfigError(
+                f"worker.reward.judge.kv_cache_memory_mb={judge.kv_cache_memory_mb} cannot hold one sequence of "
+                f"{length} tokens{whole} of the judge model ({short[0]} bytes of keys and values per token): raise "
+                f"it to at least {short[1]}, or set worker.reward.judge.max_model_len to what a judge prompt needs."
+            )
+
+
+def kv_cache_shortfall(
+    model_config: dict[str, Any] | None,
+    megabytes: int | None,
+    length: int | None,
+    dtype: str,
+    tensor_parallel: int | None,
+    on_cpu: bool,
+) -> tuple[int, int] | None:
+    """(bytes of keys and values per token, megabytes needed) where a KV cache of `megabytes` cannot hold one sequence
+    of `length` tokens in whole blocks plus vLLM's null block; None where it can, or where it cannot be told: no size,
+    no model config (a hub id), or other than dense attention (every layer a full-attention layer with its own keys
+    and values, 2 x layers x key/value heads x head size x dtype bytes per token)."""
+    if megabytes is None or model_config is None or not isinstance(length, int):
+        return None
     text = model_config.get("text_config", model_config)
     layers, heads, width = text.get("num_hidden_layers"), text.get("num_attention_heads"), text.get("hidden_size")
     dense = set(text.get("layer_types") or ["full_attention"]) == {"full_attention"}
     sliding = text.get("sliding_window") and text.get("use_sliding_window", True)  # Qwen2 names one it does not use
     special = sliding or any(text.get(key) for key in ("kv_lora_rank", "sliding_window_pattern"))
-    dtype_bytes = 4 if on_cpu else _KV_DTYPE_BYTES.get(DTYPE_NAMES.get(rollout.dtype, ""))
+    dtype_bytes = _KV_DTYPE_BYTES.get(dtype)
     if not (isinstance(layers, int) and isinstance(heads, int) and dense) or special or dtype_bytes is None:
-        return
+        return None
     head_size = text.get("head_dim") or (width // heads if isinstance(width, int) else None)
     if not head_size:
-        return
-    kv_heads = max(1, (text.get("num_key_value_heads") or heads) // (rollout.tensor_parallel_size or 1))
+        return None
+    kv_heads = max(1, (text.get("num_key_value_heads") or heads) // (tensor_parallel or 1))
     per_token = 2 * layers * kv_heads * head_size * dtype_bytes
-    length, block = rollout.max_model_len, 128 if on_cpu else 16  # vLLM's default block sizes
+    block = 128 if on_cpu else 16  # vLLM's default block sizes
     blocks = -(-length // block) + 1  # vLLM keeps one block of the pool as its null block
-    if megabytes * 2**20 < blocks * block * per_token:
-        need = -(-blocks * block * per_token // 2**20)
-        raise ConfigError(
-            f"worker.rollout.kv_cache_memory_mb={megabytes} cannot hold one sequence of max_model_len={length} tokens "
-            f"of this model ({per_token} bytes of keys and values per token): raise it to at least {need}, or lower "
-            "worker.rollout.max_model_len (default: data.max_prompt_length + data.max_response_length)."
-        )
+    if megabytes * 2**20 >= blocks * block * per_token:
+        return None
+    return per_token, -(-blocks * block * per_token // 2**20)
 
 
 def _check_cpu_head_size(key: str, path: str | None, model_config: dict[str, Any] | None = None) -> None:

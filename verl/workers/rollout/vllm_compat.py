@@ -89,9 +89,11 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
         held = f" (it holds about {fits.group(1)} tokens)" if fits else ""
         cache = kwargs.get("kv_cache_memory_bytes")
         size = f"{cache // 2**20} MiB" if cache else f"gpu_memory_utilization={kwargs.get('gpu_memory_utilization')}"
+        length = kwargs.get("max_model_len")
+        tokens = f"{length} tokens" if length else "the model's whole context (max_model_len unset)"
         raise EngineSettingError(
-            f"The vLLM engine's KV cache of {size} cannot hold one sequence of {kwargs.get('max_model_len')} "
-            f"tokens of {kwargs.get('model')}{held}; change {sizes}."
+            f"The vLLM engine's KV cache of {size} cannot hold one sequence of {tokens} of {kwargs.get('model')}"
+            f"{held}; change {sizes}."
         ) from None
     finally:
         _share_compiled_transformers_models(inits)
