@@ -563,6 +563,9 @@ def ours_command(args: argparse.Namespace, paths: dict[str, str], model: str, ru
         "algorithm.disable_kl": "true",
         "worker.actor.global_batch_size": args.prompts,
         "worker.actor.ppo_epochs": 1,
+        # TRL runs every row, and the random model's rewards are nearly all 0 (no advantage anywhere): skipping such
+        # rows would leave the update out; `--ours-override worker.actor.skip_zero_advantage_rows=true` measures it
+        "worker.actor.skip_zero_advantage_rows": "false",
         "worker.actor.optim.lr": args.lr,
         "worker.actor.optim.weight_decay": 0.0,
         "worker.actor.model.model_path": model,

@@ -369,7 +369,9 @@ def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: st
     check_log_probs(model, data, reference)
 
     data.batch["old_log_probs"] = reference["log_probs"]
-    config = actor_config(True, True, global_batch_size=6, entropy_coeff=0.0, use_kl_loss=False)
+    config = actor_config(
+        True, True, global_batch_size=6, entropy_coeff=0.0, use_kl_loss=False, skip_zero_advantage_rows=False
+    )
     actor = DataParallelPPOActor(config, model, build_optimizer(model, OptimConfig(lr=2e-5, weight_decay=0.0)))
     first, second = (actor.update_policy(data, TEMPERATURE) for _ in range(2))
     assert second["actor/pg_loss"] < first["actor/pg_loss"]
@@ -444,6 +446,44 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
         DataParallelPPOActor(
             dataclasses.replace(config, ppo_epochs=2), model, recording_optimizer(model)
         ).update_policy(batch, TEMPERATURE)
+
+
+@pytest.mark.parametrize("loss_avg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_rows_without_advantage_are_skipped_with_the_same_gradient(model_root: str, loss_avg_mode: str) -> None:
+    """worker.actor.skip_zero_advantage_rows: the rows whose advantage is 0 everywhere (GRPO's groups that scored
+    alike) add nothing to the gradient where no KL loss or entropy bonus reads them; left out of the passes, still
+    counted in the normaliser, the gradient is the one of every row. A mini-batch of such rows alone runs one."""
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=5, batch_size=8)
+    data.batch["advantages"][[1, 3, 4, 6]] = 0.0
+    base = dict(use_kl_loss=False, entropy_coeff=0.0, loss_avg_mode=loss_avg_mode)
+    results = {}
+    for skip in (False, True):
+        optimizer = recording_optimizer(model)
+        config = actor_config(True, False, skip_zero_advantage_rows=skip, **base)
+        metrics = DataParallelPPOActor(config, model, optimizer).update_policy(data, TEMPERATURE)
+        results[skip] = metrics, {name: grad.clone() for name, grad in optimizer.grads.items() if grad is not None}
+    (every, grads_every), (skipped, grads_skipped) = results[False], results[True]
+    for name, grad in grads_every.items():
+        torch.testing.assert_close(grads_skipped[name], grad, rtol=1e-4, atol=1e-6 * grad.abs().max().item() + 1e-9)
+    assert skipped["actor/pg_loss"] == pytest.approx(every["actor/pg_loss"], rel=1e-5)
+    zero_tokens = data.batch["attention_mask"][[1, 3, 4, 6]].sum() / data.batch["attention_mask"].sum()
+    assert skipped["actor/skipped_token_share"] == pytest.approx(zero_tokens.item())
+    assert "actor/entropy_loss" not in skipped and "actor/skipped_token_share" not in every
+    # a KL loss, an entropy bonus or a user's loss reads every row: nothing is skipped
+    for change in ({"use_kl_loss": True}, {"entropy_coeff": 0.01}, {"top_entropy_quantile": 0.5}):
+        config = actor_config(True, False, **{**base, **change})
+        metrics = DataParallelPPOActor(config, model, recording_optimizer(model)).update_policy(data, TEMPERATURE)
+        assert "actor/skipped_token_share" not in metrics, change
+    flat = data.select(deepcopy=True)
+    flat.batch["advantages"].zero_()
+    config = actor_config(True, False, **base)
+    metrics = DataParallelPPOActor(config, model, recording_optimizer(model)).update_policy(flat, TEMPERATURE)
+    assert metrics["actor/skipped_token_share"] > 0.8 and metrics["actor/pg_loss"] == 0.0
 
 
 def test_clip_fractions_with_tokens_of_weight_zero_do_not_depend_on_the_micro_batches(model_root: str) -> None:
@@ -561,7 +601,15 @@ def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) ->
     def update(config_coeff: float, meta_coeff: float | None, **extra) -> tuple[dict, dict]:
         optimizer = recording_optimizer(model)
         actor = DataParallelPPOActor(
-            actor_config(True, True, global_batch_size=6, use_kl_loss=False, entropy_coeff=config_coeff, **extra),
+            actor_config(
+                True,
+                True,
+                global_batch_size=6,
+                use_kl_loss=False,
+                entropy_coeff=config_coeff,
+                skip_zero_advantage_rows=False,  # actor/entropy_loss is logged then
+                **extra,
+            ),
             model,
             optimizer,
         )

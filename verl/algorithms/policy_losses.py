@@ -194,6 +194,10 @@ def _geo_mean_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     return PolicyLossTerms(loss_mat, higher, lower)
 
 
+_BUILT_IN_LOSSES = frozenset(_POLICY_LOSSES)
+"""The losses this module registers (each the advantage times a function of the ratio: `scales_with_advantage`)."""
+
+
 def check_clip_ratios(
     clip_ratio_low: float, clip_ratio_high: float, clip_ratio_dual: float, prefix: str = "actor."
 ) -> None:
@@ -208,6 +212,12 @@ def check_clip_ratios(
             f"{prefix}clip_ratio_dual must be greater than 1, got {clip_ratio_dual}; use .inf to turn the dual clip "
             "off."
         )
+
+
+def scales_with_advantage(loss_type: str) -> bool:
+    """Whether `loss_type`'s per-token loss is its advantage times a function of the ratio (every built-in loss), so
+    a row whose advantage is 0 on every token has no gradient; a user's loss may not be."""
+    return loss_type in _BUILT_IN_LOSSES
 
 
 def compute_policy_loss(

@@ -152,11 +152,16 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
 
 
 def compute_mfu_metrics(
-    batch: DataProto, timing_raw: dict[str, float], num_devices: int, flops: dict[str, dict[str, float]]
+    batch: DataProto,
+    timing_raw: dict[str, float],
+    num_devices: int,
+    flops: dict[str, dict[str, float]],
+    skipped: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """perf/mfu_actor and perf/mfu_critic over every PPO epoch (model FLOPs utilisation: the model's FLOPs per token
     (`matmul_flops_per_token`) x tokens, its LM head's x response tokens (the only ones it scores), per second over
-    peak FLOP/s); `flops` maps "actor"/"critic" to the worker's `flops_info` plus the role's "ppo_epochs"."""
+    peak FLOP/s); `flops` maps "actor"/"critic" to the worker's `flops_info` plus the role's "ppo_epochs"; `skipped`
+    the share of a role's tokens its update left out (worker.actor.skip_zero_advantage_rows), not computed."""
     tokens = float(batch.batch["attention_mask"].sum().item())
     mask = batch.batch.get("response_mask")
     response_tokens = float(mask.sum().item()) if mask is not None else tokens
@@ -166,7 +171,7 @@ def compute_mfu_metrics(
         if seconds > 0:
             peak = info["peak_flops"] * num_devices
             per_step = info["flops_per_token"] * tokens + info.get("head_flops_per_token", 0.0) * response_tokens
-            flops_done = per_step * info["ppo_epochs"]
+            flops_done = per_step * info["ppo_epochs"] * (1.0 - (skipped or {}).get(role, 0.0))
             metrics[f"perf/mfu_{role}"] = flops_done / seconds / peak if peak > 0 else 0.0
     return metrics
 

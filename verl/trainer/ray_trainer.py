@@ -753,7 +753,8 @@ class RayPPOTrainer:
         metrics.update(compute_timing_metrics(batch, timing_raw))
         all_devices = sum(worker_pools(self.config).values())  # with a rollout or reward model pool of their own
         metrics.update(compute_throughput_metrics(batch, timing_raw, all_devices))
-        metrics.update(compute_mfu_metrics(batch, timing_raw, num_devices, self.flops))
+        skipped = {"actor": metrics.get("actor/skipped_token_share", 0.0)}  # rows the update left out: not computed
+        metrics.update(compute_mfu_metrics(batch, timing_raw, num_devices, self.flops, skipped))
         self.tracker.log(metrics, step=self.global_step)
         progress.set_postfix(
             reward=f"{metrics['critic/score/mean']:.3f}", tok_s=f"{metrics.get('perf/throughput', 0.0):.0f}"

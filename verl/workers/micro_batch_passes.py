@@ -126,27 +126,53 @@ class MicroBatchPasses:
         summed_metrics: Sequence[SummedMetric],
         constant_metrics: dict[str, float] | None = None,
         prepare: Callable[[DataProto], None] | None = None,
+        no_gradient: Callable[[DataProto], torch.Tensor] | None = None,
     ) -> dict[str, float]:
         """ppo_epochs passes over the mini-batches of `data`, one optimizer step each (skipped on a non-finite gradient
         norm); returns the mean of the `summed_metrics` (over all ranks), grad_norm, `constant_metrics` and lr.
-        `prepare(mini_batch)` runs before each mini-batch's micro-batches (a pass of its own over it, say)."""
+        `prepare(mini_batch)` runs before each mini-batch's micro-batches (a pass of its own over it, say).
+        `no_gradient(mini_batch)`, (B,) bool, marks rows whose loss has no gradient: they are left out of the passes
+        (`_rows_to_run`), still counted in the loss's normaliser."""
         metrics: dict[str, list[float]] = defaultdict(list)
         for _ in range(self.config.ppo_epochs):
             for mini_batch in data.split(self.mini_batch_size):
                 if prepare is not None:
                     prepare(mini_batch)
                 self.module.train()
-                update = self._update_mini_batch(mini_batch, micro_batch_loss, summed_metrics)
+                update = self._update_mini_batch(mini_batch, micro_batch_loss, summed_metrics, no_gradient)
                 for name, value in {**update, **(constant_metrics or {})}.items():
                     metrics[name].append(value)
         metrics[f"{self.role}/lr"].append(self.optimizer.param_groups[0]["lr"])
         return {name: float(np.mean(values)) for name, values in metrics.items()}
 
+    def _rows_to_run(self, mini_batch: DataProto, no_gradient: Callable[[DataProto], torch.Tensor]) -> DataProto:
+        """The rows of `mini_batch` the update runs: those with a gradient, topped up with rows without one to the most
+        any rank keeps (at least one), so every rank runs the same number of rows (and of FSDP collectives)."""
+        skip = no_gradient(mini_batch).cpu()
+        kept = torch.nonzero(~skip).flatten()
+        most = torch.tensor([max(len(kept), 1)], dtype=torch.int64)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.group)
+        rows = torch.cat([kept, torch.nonzero(skip).flatten()[: int(most) - len(kept)]]).sort().values
+        return mini_batch if len(rows) == len(mini_batch) else mini_batch[rows.numpy()]
+
     def _update_mini_batch(
-        self, mini_batch: DataProto, micro_batch_loss: MicroBatchLoss, summed_metrics: Sequence[SummedMetric]
+        self,
+        mini_batch: DataProto,
+        micro_batch_loss: MicroBatchLoss,
+        summed_metrics: Sequence[SummedMetric],
+        no_gradient: Callable[[DataProto], torch.Tensor] | None = None,
     ) -> dict[str, float]:
         """Accumulate the gradient of one mini-batch over its micro-batches, then take one optimizer step."""
         config = self.config
+        counts = None
+        skipped = {}
+        if no_gradient is not None:  # the loss's normaliser counts every row; the passes run those with a gradient
+            counts = global_loss_counts([mini_batch], self.group)
+            tokens = float(mini_batch.batch["attention_mask"].sum())
+            mini_batch = self._rows_to_run(mini_batch, no_gradient)
+            share = 1.0 - float(mini_batch.batch["attention_mask"].sum()) / max(tokens, 1.0)
+            skipped[f"{self.role}/skipped_token_share"] = share
         micro_batches, _ = make_micro_batches(
             mini_batch,
             update_micro_batch_size(
@@ -159,7 +185,7 @@ class MicroBatchPasses:
             self.group,
             padded=not self.padding_free,
         )
-        token_count, seq_count = global_loss_counts(micro_batches, self.group)
+        token_count, seq_count = counts or global_loss_counts(micro_batches, self.group)
         # the ranks of a sequence-parallel group hold the same rows: count them once
         token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
         if token_count == 0:  # every response masked out (truncated, or by the rollout correction): on every rank
@@ -191,7 +217,7 @@ class MicroBatchPasses:
         for (name, weight), total in zip(summed_metrics, totals):
             metrics[name] = total if weight is None else total / max(weight_totals[weight], 1.0)
         metrics[f"{self.role}/grad_norm"] = grad_norm
-        return metrics
+        return {**metrics, **skipped}
 
     def _optimizer_step(self) -> float:
         grad_norm = clip_grad_norm(self.module, self.config.max_grad_norm).item()

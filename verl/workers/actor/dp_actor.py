@@ -22,6 +22,7 @@ from verl.algorithms.core_algos import (
     default_loss_avg_mode,
 )
 from verl.algorithms.masked_ops import masked_mean, top_fraction_cutoff
+from verl.algorithms.policy_losses import scales_with_advantage
 from verl.models.moe import RouterStats
 from verl.protocol import DataProto
 from verl.utils import device as device_utils
@@ -83,6 +84,12 @@ _SUMMED_METRICS: tuple[SummedMetric, ...] = (
 """Update metrics as (name, weight); actor/kl_loss only with the KL loss. Loss metrics are shares of the mini-batch
 loss (summed over micro-batches and ranks); token means are summed weighted by their token count, then divided: the
 policy loss's over the tokens taking part in it (a token of weight 0 does not)."""
+
+
+def _zero_advantage_rows(mini_batch: DataProto) -> torch.Tensor:
+    """(B,) bool: the rows with no nonzero advantage on a response token (worker.actor.skip_zero_advantage_rows)."""
+    batch = mini_batch.batch
+    return ~((batch["advantages"] != 0) & batch["response_mask"].bool()).any(dim=-1)
 
 
 class DataParallelPPOActor:
@@ -154,6 +161,17 @@ class DataParallelPPOActor:
             extra_keys += ("ref_log_probs",)
         if "rollout_is_weights" in data.batch.keys():  # algorithm.rollout_correction
             extra_keys += ("rollout_is_weights",)
+        skip_rows = (  # rows whose advantage is 0 everywhere have no gradient where nothing else reads them
+            config.skip_zero_advantage_rows
+            and not use_kl_loss
+            and entropy_coeff == 0
+            and not adaptive_entropy
+            and config.top_entropy_quantile == 1
+            and scales_with_advantage(config.loss_type)
+        )
+        summed = [metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss"]
+        if skip_rows:  # not a loss term then, and its sum over the rows that ran would be a part of the whole
+            summed = [metric for metric in summed if metric[0] != "actor/entropy_loss"]
         metrics = self.passes.update(
             select_model_inputs(data, extra_keys),
             partial(
@@ -162,11 +180,12 @@ class DataParallelPPOActor:
                 entropy_coeff=entropy_coeff,
                 exact_entropy=adaptive_entropy,
             ),
-            tuple(metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss"),
+            tuple(summed),
             constant_metrics={"actor/kl_coef": config.kl_coef} if use_kl_loss else None,
             prepare=partial(self._entropy_cutoff, temperature=temperature)
             if config.top_entropy_quantile < 1
             else None,
+            no_gradient=_zero_advantage_rows if skip_rows else None,
         )
         if adaptive_entropy:
             metrics["actor/entropy_coeff"] = entropy_coeff
