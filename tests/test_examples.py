@@ -68,11 +68,24 @@ def test_recipe_config_is_valid(recipe, monkeypatch, tmp_path):
             assert all(spec.startswith(REPO) for spec in config.worker.reward.routes.values())
             assert config.data.response_length_schedule[700] == config.data.max_response_length
             assert_validation_columns(config)
+            assert_fits_the_model(config)
         return
     config = load_config(args)
     assert config.worker.reward.reward_function.startswith(REPO)
     assert config.data.format_prompt is None or os.path.isfile(config.data.format_prompt)
     assert_validation_columns(config)
+    assert_fits_the_model(config)
+
+
+MODEL_POSITIONS = {"Qwen/Qwen2.5-7B-Instruct": 32768, "Qwen/Qwen2.5-VL-7B-Instruct": 128000, "Qwen/Qwen3-4B": 40960}
+"""max_position_embeddings of the hub models the recipes name (their config.json): the config check reads a local
+model's, not a hub id's offline, so a recipe asking for more than its model takes passed here and failed at start."""
+
+
+def assert_fits_the_model(config) -> None:
+    model = config.worker.actor.model.model_path
+    assert model in MODEL_POSITIONS, f"add {model}'s max_position_embeddings to MODEL_POSITIONS"
+    assert config.data.max_prompt_length + config.data.max_response_length <= MODEL_POSITIONS[model], model
 
 
 def assert_validation_columns(config) -> None:

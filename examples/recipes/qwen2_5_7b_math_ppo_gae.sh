@@ -6,6 +6,7 @@ python3 -m verl.trainer.main config=examples/config.yaml \
     algorithm.adv_estimator=gae \
     algorithm.use_kl_loss=false \
     algorithm.kl_penalty=kl \
+    algorithm.kl_coef=1.0e-3 \
     worker.rollout.n=1 \
     worker.actor.model.model_path=Qwen/Qwen2.5-7B-Instruct \
     worker.critic.model.model_path=Qwen/Qwen2.5-7B-Instruct \

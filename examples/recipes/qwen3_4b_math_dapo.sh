@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# DAPO: clip-higher, dynamic sampling (online filtering), token-mean loss, no KL, overlong reward shaping.
+# DAPO: clip-higher, dynamic sampling (online filtering), token-mean loss, no KL, overlong reward shaping, updates
+# of 32 prompts' groups (16 a step of 512, the paper's).
 # Qwen3 answers without thinking here (data.chat_template_kwargs): a thinking trace does not fit the 2k budget, and
 # dapo.py reads the "Answer:" line at the end. For thinking mode drop that line and raise MAX_RESPONSE_LENGTH (the
 # DAPO paper: 20480, with a 4096 overlong buffer). Dynamic sampling keeps the groups whose accuracy varies
-# (algorithm.filter_key=accuracy: `overall` adds the length penalty and spans [-2, 1]).
+# (algorithm.filter_key=accuracy: `overall` adds the length penalty and spans [-2, 1]). dapo.py grades as DAPO's own
+# scorer does, strictly: a bold "**Answer:** 34" or "Answer: 34." scores -1; watch reward/accuracy early on.
 # No validation set: data.prompt_key and data.answer_key serve both files, and math12k's columns (the base config's
 # validation set) are named otherwise; pass data.val_files= a split with `prompt` and `solution` columns to validate.
 set -euo pipefail
@@ -29,6 +31,7 @@ python3 -m verl.trainer.main config=examples/config.yaml \
     worker.actor.clip_ratio_low=0.2 \
     worker.actor.clip_ratio_high=0.28 \
     worker.actor.loss_avg_mode=token-mean \
+    worker.actor.global_batch_size=32 \
     worker.actor.model.model_path=Qwen/Qwen3-4B \
     worker.rollout.n=16 \
     worker.reward.reward_function=./examples/reward_function/dapo.py:compute_score \

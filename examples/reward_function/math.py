@@ -7,9 +7,10 @@ The scheme follows EasyR1's math reward (format weight 0.1, answer in the last \
 Use with examples/format_prompt/math.jinja:
     worker.reward.reward_function=examples/reward_function/math.py:compute_score
 
-accuracy: the last \boxed{...} of the response, graded against the ground truth by mathruler (string
-    normalization first, then symbolic equivalence with sympy). 1.0 or 0.0. A ground truth that is a list (or a JSON
-    list of strings) holds the acceptable answers: any of them counts.
+accuracy: the last complete \boxed{...} of the response (`\boxed {5}` and `\fbox{5}` too, and a box before an
+    unclosed one: mathruler's extraction, which EasyR1's uses, read none of them), graded against the ground truth
+    by mathruler (string normalization first, then symbolic equivalence with sympy). 1.0 or 0.0. A ground truth
+    that is a list (or a JSON list of strings) holds the acceptable answers: any of them counts.
 format: the response opens with <think>, closes it once, and puts a \boxed{} answer after </think>. 1.0 or 0.0. A
     chat template whose generation prompt opens <think> itself (DeepSeek-R1 distills, QwQ, Qwen3.5 thinking) counts
     as the response's opening (verl.rewards.function.model_turn).
@@ -18,10 +19,8 @@ format: the response opens with <think>, closes it once, and puts a \boxed{} ans
 import re
 from typing import Any
 
-from mathruler.grader import extract_boxed_content
-
 from verl.rewards.function import model_turn
-from verl.rewards.math_grading import acceptable_answers, matches_any
+from verl.rewards.math_grading import acceptable_answers, last_boxed, matches_any
 
 
 REWARD_NAME = "math"
@@ -34,12 +33,6 @@ _SPACED_TAG = re.compile(r"<\s*(/\s*)?(think|answer)\s*>", re.IGNORECASE)
 def normalize_tags(text: str) -> str:
     """Rewrite "< / Think >" and friends as "</think>"."""
     return _SPACED_TAG.sub(lambda match: f"<{'/' if match.group(1) else ''}{match.group(2).lower()}>", text)
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...}, braces balanced (mathruler's extraction); None if there is none."""
-    content = extract_boxed_content(text)
-    return None if content == "None" and "\\boxed{None}" not in text else content
 
 
 def format_score(response: str) -> float:

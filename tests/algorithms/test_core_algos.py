@@ -317,6 +317,11 @@ def test_cispo_weights_the_log_prob_gradient_by_the_stopped_clipped_ratio() -> N
     assert metrics["pg_clipfrac"] == pytest.approx(3 / 4)  # verl: r != clip(r), whatever the advantage's sign
     assert metrics["pg_clipfrac_higher"] == pytest.approx(1 / 4)
     assert metrics["pg_clipfrac_lower"] == 0.0
+    # clip_ratio_low >= 1: no floor (MiniMax-M1's), the weights below 1 - 0.2 are the ratios themselves
+    inputs = policy_inputs(ratios, advantages)
+    _, grad, metrics = run_policy_loss(inputs, "cispo", clip_ratio_low=1.0)
+    torch.testing.assert_close(grad, -advantage * torch.tensor([1.1, 1.28, 0.5, 0.5]) / 4)
+    assert metrics["pg_clipfrac"] == pytest.approx(1 / 4)
 
 
 def test_gpg_is_the_plain_policy_gradient_whatever_the_ratio() -> None:

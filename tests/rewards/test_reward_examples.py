@@ -48,6 +48,8 @@ def test_templates_render_the_content(name: str, instruction: str) -> None:
         ("<think>t</think> \\boxed{4}", ["3", "4"], 1.0, 1.0),  # a list of acceptable answers: any counts
         ("<think>t</think> \\boxed{4}", '["four", "4"]', 1.0, 1.0),  # or its JSON text
         ("<think>t</think> \\boxed{5}", ["3", "4"], 0.0, 1.0),
+        ("<think>t</think> \\boxed {4}", "4", 1.0, 1.0),  # mathruler's extraction read neither of these
+        ("<think>t</think> \\boxed{4} and then \\boxed{", "4", 1.0, 1.0),
     ],
 )
 def test_math(response: str, ground_truth: str, accuracy: float, fmt: float) -> None:

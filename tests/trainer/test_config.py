@@ -325,6 +325,11 @@ def test_missing_config_file(files):
         ),
         # the loss's own checks ran at the first update, inside a worker
         (["worker.actor.clip_ratio_low=-0.2"], r"worker.actor.clip_ratio_low must be in \[0, 1\).*got -0.2"),
+        (["worker.actor.clip_ratio_low=1.0"], r"worker.actor.clip_ratio_low must be in \[0, 1\).*got 1.0"),
+        (
+            ["worker.actor.loss_type=cispo", "worker.actor.clip_ratio_low=-1"],
+            r"clip_ratio_low must be in \[0, inf\) for cispo",
+        ),
         (["worker.actor.clip_ratio_dual=1"], r"worker.actor.clip_ratio_dual must be greater than 1, got 1.0"),
         (["worker.actor.tau_negative=0"], r"'worker.actor.tau_negative' must be positive"),
         (["algorithm.ref_sync_alpha=0"], r"algorithm.ref_sync_alpha must lie in \(0, 1\], got 0"),

@@ -199,12 +199,19 @@ _BUILT_IN_LOSSES = frozenset(_POLICY_LOSSES)
 
 
 def check_clip_ratios(
-    clip_ratio_low: float, clip_ratio_high: float, clip_ratio_dual: float, prefix: str = "actor."
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_dual: float,
+    prefix: str = "actor.",
+    loss_type: str = "default",
 ) -> None:
-    """The config check (`prefix`: where the keys are) and the loss's own."""
-    if not 0.0 <= clip_ratio_low < 1.0 or clip_ratio_high < 0.0:
+    """The config check (`prefix`: where the keys are) and the loss's own. cispo takes a clip_ratio_low of 1 or more:
+    its importance weights then have no floor (MiniMax-M1 sets none; a ratio is never negative)."""
+    lowest_ok = clip_ratio_low >= 0.0 if loss_type == "cispo" else 0.0 <= clip_ratio_low < 1.0
+    if not lowest_ok or clip_ratio_high < 0.0:
+        low = "[0, inf) for cispo" if loss_type == "cispo" else "[0, 1)"
         raise ValueError(
-            f"{prefix}clip_ratio_low must be in [0, 1) and {prefix}clip_ratio_high >= 0, got {clip_ratio_low} and "
+            f"{prefix}clip_ratio_low must be in {low} and {prefix}clip_ratio_high >= 0, got {clip_ratio_low} and "
             f"{clip_ratio_high}."
         )
     if clip_ratio_dual <= 1.0:
@@ -261,7 +268,7 @@ def compute_policy_loss(
     of KL(pi_old || pi)), over the tokens that take part (weight 0 leaves a token out), and their count,
     `loss_tokens`, by which a token mean over micro-batches weighs each."""
     require_known("policy_loss", _POLICY_LOSSES, loss_type, "actor.loss_type")
-    check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual, loss_type=loss_type)
     log_probs, mask = log_probs.float(), response_mask.float()
     log_ratio = log_probs - old_log_probs.float()
     weights = None if token_weights is None else token_weights.detach().float()

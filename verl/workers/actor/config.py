@@ -74,7 +74,8 @@ class ActorConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping threshold; a step with a non-finite norm is skipped."""
     clip_ratio_low: float = 0.2
-    """Lower PPO clip epsilon: the ratio is clipped at 1 - clip_ratio_low."""
+    """Lower PPO clip epsilon: the ratio is clipped at 1 - clip_ratio_low, in [0, 1); cispo also takes 1 or more (its
+    importance weights then have no floor, as MiniMax-M1's)."""
     clip_ratio_high: float = 0.3
     """Upper PPO clip epsilon (clip-higher, DAPO): the ratio is clipped at 1 + clip_ratio_high."""
     clip_ratio_dual: float = 3.0
@@ -161,7 +162,7 @@ class ActorConfig:
                 "tokens (the highest-entropy ones) that keep their policy gradient; 1 keeps them all."
             )
         try:
-            check_clip_ratios(self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_dual, prefix)
+            check_clip_ratios(self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_dual, prefix, self.loss_type)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         require_algorithm(self, prefix, "loss_type", "policy_loss", core_algos.registered_policy_losses())
