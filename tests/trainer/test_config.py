@@ -1921,6 +1921,13 @@ def test_the_kl_estimator_follows_where_the_kl_goes(files, caplog):
         assert "subtracted from the rewards" not in caplog.text
         load_config([*base_args(files), "algorithm.use_kl_loss=false", "algorithm.kl_penalty=low_var_kl"])
     assert "algorithm.kl_penalty=low_var_kl is subtracted from the rewards (use_kl_loss=false)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):  # a reference pass for a term weighted 0
+        load_config([*base_args(files), "algorithm.kl_coef=0"])
+        assert "kl_coef=0 with the KL term on" in caplog.text
+        caplog.clear()
+        load_config([*base_args(files), "algorithm.kl_coef=0", "algorithm.disable_kl=true"])
+    assert "kl_coef=0 with the KL term on" not in caplog.text
 
 
 @pytest.mark.parametrize(

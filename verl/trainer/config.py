@@ -338,6 +338,13 @@ class AlgorithmConfig:
                     self.kl_penalty,
                     self.kl_penalty,
                 )
+        if not self.disable_kl and self.kl_coef == 0 and self.kl_type == "fixed":
+            logger.warning(
+                "%skl_coef=0 with the KL term on (disable_kl=false): the reference model is built and its log-probs "
+                "computed every step for a term weighted 0; set %sdisable_kl=true to train without them.",
+                prefix,
+                prefix,
+            )
         if self.kl_penalty == "full" and not self.disable_kl:
             raise ConfigError(
                 f"{prefix}kl_penalty=full needs whole vocabulary distributions, but the workers compute "
