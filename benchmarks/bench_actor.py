@@ -119,6 +119,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the project's fsdp.gather_once_per_pass (auto: the device's default, on for the CPU only)",
     )
     parser.add_argument("--no-gradient-checkpointing", action="store_true", help="off on both sides")
+    parser.add_argument(
+        "--zero-advantage-share",
+        type=float,
+        default=0.0,
+        help="share of rows whose advantage is 0 everywhere (GRPO's groups that scored alike), spread over the batch",
+    )
+    parser.add_argument(
+        "--keep-zero-advantage-rows",
+        action="store_true",
+        help="ours: worker.actor.skip_zero_advantage_rows=false (every row runs, as the bare loop's)",
+    )
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument(
@@ -238,6 +249,9 @@ def make_batch(args: argparse.Namespace, pad_id: int, vocab: int) -> DataProto:
         "response_mask": response_mask,
         "advantages": torch.randn(response_mask.shape, generator=generator) * response_mask,
     }
+    zero_rows = round(args.zero_advantage_share * batch_size)
+    if zero_rows:  # spread over the batch, as a balanced batch mixes the groups
+        tensors["advantages"][torch.linspace(0, batch_size - 1, zero_rows).round().long()] = 0.0
     return DataProto.from_dict(tensors=tensors)
 
 
@@ -285,6 +299,7 @@ class ProjectActor:
             padding_free=args.mode == "packed",
             dynamic_batching=args.mode == "packed",
             ppo_epochs=1,
+            skip_zero_advantage_rows=not args.keep_zero_advantage_rows,
             **fsdp,
         )
         self.actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
