@@ -118,19 +118,28 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weights(self, version: int) -> dict[str, float]:
-        """Take the trainer's broadcast (generation goes on), then load it between two engine steps; from then on
-        tokens are sampled under `version`. Returns the transfer's figures."""
+        """Take the trainer's broadcast, then load it between two engine steps; from then on tokens are sampled under
+        `version`. Returns the transfer's figures. An engine of one process generates on while the broadcast comes
+        in; an engine over several (tensor-parallel) receives between two steps too, its processes together: its
+        steps' all-reduces and the broadcast are collectives of two communicators, which NCCL may deadlock on when
+        two threads issue them in different orders on different processes."""
         from verl.workers.rollout import vllm_compat
 
         start = time.perf_counter()
-        weights, stats = sinks.receive_weights(self.transfer_group, self.device)
-        received = time.perf_counter()
+        received: dict[str, Any] = {}
+        if not self.rollout.spans_processes:
+            received["weights"], received["stats"] = sinks.receive_weights(self.transfer_group, self.device)
+        received["at"] = time.perf_counter()
 
         def load() -> float:
             paused = time.perf_counter()
             self._suspend()  # the running samples continue from their tokens after the load
-            if self.rollout.engine_leader is not None:  # the peers load their own copy at this same point
+            if self.rollout.engine_leader is not None:  # the peers receive and load their own copy at this point
                 self.rollout.engine_leader.send("load")
+            if "weights" not in received:  # (every process of the engine takes the broadcast here, together)
+                received["weights"], received["stats"] = sinks.receive_weights(self.transfer_group, self.device)
+                received["at"] = time.perf_counter()
+            weights = received.pop("weights")
             try:
                 sinks.EngineLoader(self.rollout.inference_engine).load(iter(weights))
             finally:
@@ -140,8 +149,9 @@ class RolloutWorker(Worker):
             return time.perf_counter() - paused
 
         pause = self._on_engine_thread(load, "load")
+        stats = received["stats"]
         return {
-            "timing_s/sync_weights_receive": received - start,
+            "timing_s/sync_weights_receive": received["at"] - start,
             "timing_s/sync_weights_load": pause,
             "perf/sync_weights_gb": stats.bytes / 2**30,
             "perf/sync_weights_buckets": float(stats.buckets),

@@ -335,6 +335,8 @@ class VLLMRollout:
         """A tensor-parallel engine's first process: its request loops mirror their engine calls to the peers."""
         self.follows = tp_size > 1 and tp_rank > 0
         """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
+        self.spans_processes = tp_size > 1
+        """The engine runs over several processes (tensor-parallel), which step together."""
         render = partial(vllm_compat.render_prompt, self.inference_engine)
         self.request_loop = RequestLoop(self.inference_engine, render, "async", mirror=self.engine_leader)
         """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
