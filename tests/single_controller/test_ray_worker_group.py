@@ -76,6 +76,17 @@ class DispatchWorker(Worker):
         raise RuntimeError("Connection closed by peer")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_with_peers(self, rank: int) -> None:
+        """`rank` fails with its own error, after the others stop saying a peer failed (a tensor-parallel engine's
+        followers, whose PeerFailed reached the driver first)."""
+        from verl.single_controller.base.worker_group import PeerFailed
+
+        if self.rank == rank:
+            time.sleep(0.5)
+            raise ValueError(f"the user's environment failed on rank {rank}")
+        raise PeerFailed("a peer failed")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def fail_on(self, rank: int) -> int:
         if self.rank == rank:
             raise ValueError(f"bad input on rank {rank}")
@@ -329,6 +340,10 @@ def test_an_error_on_a_live_group_is_raised_as_itself(dispatch_wg):
     with pytest.raises(ValueError, match="bad input on rank 1"):
         dispatch_wg.fail_on(1)
     assert dispatch_wg.fail_on(5) == [0, 1]  # the group is still usable
+    # a rank's own error, not its peers' word that it failed, even when theirs comes first (the CLI names a user's
+    # error; the peers' was a traceback, and a synchronous step's save was skipped)
+    with pytest.raises(ValueError, match="the user's environment failed on rank 0"):
+        dispatch_wg.fail_with_peers(0)
 
 
 def test_insufficient_resources_fail_fast_with_message(ray_cluster):

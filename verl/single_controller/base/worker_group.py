@@ -12,6 +12,11 @@ from typing import Any
 from verl.single_controller.base.decorator import Dispatch, RegisterSpec, plan_dispatch, registered_methods
 
 
+class PeerFailed(RuntimeError):
+    """A rank's error that only says another rank of its group failed (the peers of a tensor-parallel engine stop
+    with their first process's error): a group call that fails on several ranks reports a rank's own error instead."""
+
+
 class WorkerGroupFuture:
     """The pending result of a group call started with `submit`; `get()` waits for every rank and collects (once, cached).
     Passed as an argument to another group call, it is resolved first."""

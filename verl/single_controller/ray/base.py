@@ -3,7 +3,6 @@
 """RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods;
 `create_colocated_worker_cls` puts several roles in one process. Single-machine rendezvous: docs/reliability.md."""
 
-import contextlib
 import os
 import socket
 import tempfile
@@ -18,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from verl.single_controller.base.decorator import REGISTER_ATTR, RegisterSpec, registered_methods
 from verl.single_controller.base.worker import get_free_port
-from verl.single_controller.base.worker_group import WorkerGroup
+from verl.single_controller.base.worker_group import PeerFailed, WorkerGroup
 from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes
 
 
@@ -175,12 +174,17 @@ class RayWorkerGroup(WorkerGroup):
             ready, pending = ray.wait(pending, num_returns=1)
             try:
                 self._result(ready[0], ranks[ready[0]])
-            except ray.exceptions.RayTaskError:
+            except ray.exceptions.RayTaskError as error:
                 # A peer's death often fails the collective before Ray reports it: give the others a moment to show it.
                 done, _ = ray.wait(pending, num_returns=len(pending), timeout=_PEER_DEATH_GRACE_S)
+                own = None  # a rank's own error, where this one only says a peer failed (PeerFailed)
                 for ref in done:
-                    with contextlib.suppress(ray.exceptions.RayTaskError):
+                    try:
                         self._result(ref, ranks[ref])
+                    except ray.exceptions.RayTaskError as other:
+                        own = own or (other if not isinstance(other, PeerFailed) else None)
+                if isinstance(error, PeerFailed) and own is not None:
+                    raise own from None
                 raise
         return ray.get(handles)
 

@@ -15,14 +15,17 @@ from typing import Any
 
 import torch.distributed as dist
 
+from verl.single_controller.base.worker_group import PeerFailed
+
 
 _END = "end"
 STOP = "stop"
 """The peers' `follow` returns: the engine is shut down (a rollout pool's worker closing)."""
 
 
-class PeerStopped(RuntimeError):
-    """The group's first process failed during the call; its peers stop with its error."""
+class PeerStopped(PeerFailed):
+    """The group's first process failed during the call; its peers stop with its error (the driver reports the first
+    process's own)."""
 
 
 class _RenderOnce:

@@ -74,8 +74,10 @@ class EngineThread:
         return self._stop
 
     def raise_if_failed(self) -> None:
+        """The thread's own error, of its own type (a user's environment failing is an EnvCodeError wherever the
+        thread's failure is raised: the CLI reports it as one; the thread logged where it failed)."""
         if self.error is not None:
-            raise RuntimeError(f"The engine thread failed: {self.error!r}") from self.error
+            raise self.error
 
     def post(self, fn: Callable[[], Any]) -> Future:
         """Run `fn` on the thread between two engine steps; its result (or exception) comes in the future."""

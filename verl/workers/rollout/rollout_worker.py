@@ -25,7 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.workers.config import WorkerConfig
-from verl.workers.rollout.engine_mirror import STOP
+from verl.workers.rollout.engine_mirror import STOP, PeerStopped
 from verl.workers.rollout.engine_thread import EngineThread
 from verl.workers.rollout.request_loop import RolloutRequest
 from verl.workers.weight_sync import sinks
@@ -206,15 +206,18 @@ class RolloutWorker(Worker):
         copies of the groups completed since the last call) and "metrics" (busy share, groups held)."""
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
             result: dict[str, Any] = {}
+            failure: Exception | None = None
             if not self.rollout.follows:  # the peers wait for this answer: a failure goes to them too
                 try:
                     result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s)
                 except Exception as error:
-                    result = {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
+                    failure, result = error, {"error": f"{type(error).__name__}: {error}"}
             box = [{"batch": result.get("batch"), "error": result.get("error")}]  # what the peers need
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
+            if failure is not None:  # its own error, of its type (the driver reports it, not the peers')
+                raise failure
             if box[0]["error"] is not None:
-                raise RuntimeError(box[0]["error"])
+                raise PeerStopped(f"The first process of this tensor-parallel engine failed: {box[0]['error']}")
             if self.rollout.follows:  # this process's own engine thread (a step that failed here, not on the first)
                 with self.engine.cond:
                     self.engine.raise_if_failed()
