@@ -859,8 +859,8 @@ def live(tiny_model):
     requests at each step, the request ids it aborted). The counts are read off the real engine, not faked."""
     engine = ChatEngine(tiny_model, "tiny", 512, 32, "auto")
     core = engine.llm.llm_engine
-    seen = SimpleNamespace(held=[], aborted=[])
-    step, abort = core.step, core.abort_request
+    seen = SimpleNamespace(held=[], aborted=[], prompts=[])
+    step, abort, add = core.step, core.abort_request, core.add_request
 
     def counted_step():
         seen.held.append(core.get_num_unfinished_requests())
@@ -870,7 +870,11 @@ def live(tiny_model):
         seen.aborted.extend(request_ids)
         return abort(request_ids, *args, **kwargs)
 
-    core.step, core.abort_request = counted_step, recorded_abort
+    def recorded_add(request_id, prompt, *args, **kwargs):
+        seen.prompts.append(prompt)
+        return add(request_id, prompt, *args, **kwargs)
+
+    core.step, core.abort_request, core.add_request = counted_step, recorded_abort, recorded_add
     server, url = serve(engine)
     yield url, seen, core, engine.llm
     server.shutdown()
@@ -1094,6 +1098,8 @@ def test_text_completions_with_the_openai_client(live):
         model="tiny", prompt=["One", "Two"], max_tokens=3, n=2, temperature=1.0, seed=1, logit_bias=EOS
     )
     assert [choice.index for choice in reply.choices] == [0, 1, 2, 3] and reply.object == "text_completion"
+    # rendered as LLM.generate renders them (a raw prompt made vLLM warn of a deprecation at the first request)
+    assert live[1].prompts and all(isinstance(p, dict) and "type" in p for p in live[1].prompts), live[1].prompts
     assert reply.usage.completion_tokens == 12 and all(choice.finish_reason == "length" for choice in reply.choices)
     greedy = {"model": "tiny", "max_tokens": 4, "temperature": 0.0}
     text = client.completions.create(prompt="The sum of", **greedy)

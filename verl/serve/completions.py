@@ -21,6 +21,7 @@ from verl.serve.request_checks import (
     ranked,
     token_usage,
 )
+from verl.workers.rollout.vllm_compat import render_prompt
 
 
 COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt", "echo"}
@@ -170,7 +171,8 @@ def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[
     try:
         for request_id, (prompt_ids, _, _, max_tokens) in zip(ids, rendered):
             params = request.to_sampling_params(max_tokens, engine.defaults)  # echo with logprobs: prompt_logprobs
-            engine.llm.llm_engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params)
+            prompt = render_prompt(engine.llm, {"prompt_token_ids": prompt_ids})  # as LLM.generate renders it
+            engine.llm.llm_engine.add_request(request_id, prompt, params)
             added.append(request_id)
     except Exception:
         if added:
