@@ -1930,6 +1930,22 @@ def test_the_kl_estimator_follows_where_the_kl_goes(files, caplog):
     assert "kl_coef=0 with the KL term on" not in caplog.text
 
 
+def test_a_mode_a_recipe_switches_off_on_its_command_line_leaves_its_base_config_keys_unread_quietly(files, caplog):
+    """A recipe's command line turning the KL off over a base config that sets its coefficient: the base's key is
+    unread on purpose, said at INFO (it was a warning at every start of such a recipe); set in the same source, or
+    later, it is still a warning."""
+    base = write_yaml(files / "base.yaml", {"algorithm": {"kl_coef": 0.05, "disable_kl": False}})
+    with caplog.at_level(logging.INFO, logger="verl.utils.config"):
+        load_config([f"config={base}", *base_args(files), "algorithm.disable_kl=true"])
+    (record,) = [r for r in caplog.records if "has no effect" in r.getMessage()]
+    assert record.levelno == logging.INFO and "algorithm.kl_coef=0.05 has no effect" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="verl.utils.config"):
+        load_config([f"config={base}", *base_args(files), "algorithm.disable_kl=true", "algorithm.kl_coef=0.1"])
+    (record,) = [r for r in caplog.records if "has no effect" in r.getMessage()]
+    assert record.levelno == logging.WARNING and "algorithm.kl_coef=0.1 has no effect" in record.getMessage()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -584,13 +584,22 @@ def warn_inactive_settings(
     """A warning for each setting a source changes from its `default` that the run never reads (the critic's under a
     critic-free estimator, LoRA's at rank 0, ...): the user meant something by it. `inactive`: (keys or key prefixes
     ending in ".", why the run does not read them)."""
-    given = dict.fromkeys(key for _, values in sources for key in _set_keys(values, default))
+    last: dict[str, int] = {}  # the last source that sets each key
+    for index, (_, values) in enumerate(sources):
+        last.update(dict.fromkeys(_set_keys(values, default), index))
     for keys, why in inactive:
         unread = [
-            f"{key}={_node(config, key)}"
-            for key in given
+            key
+            for key in last
             if any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys)
             and _node(config, key) != _node(default, key)
         ]
-        if unread:
-            logger.warning("%s: %s has no effect in this run.", why, ", ".join(unread))
+        if not unread:
+            continue
+        # "algorithm.disable_kl=true builds ...": a later source (a recipe's command line over its base config) that
+        # switched the mode off leaves the earlier ones' keys unread on purpose: said, but not as a warning
+        deciding = why.split("=", 1)[0] if "=" in why.split(" ", 1)[0] else None
+        switched = deciding in last and all(last[deciding] > last[key] for key in unread)
+        level = logging.INFO if switched else logging.WARNING
+        settings = ", ".join(f"{key}={_node(config, key)}" for key in unread)
+        logger.log(level, "%s: %s has no effect in this run.", why, settings)
