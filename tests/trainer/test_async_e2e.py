@@ -414,3 +414,37 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
     assert texts(in_flight) <= later, "prompts in flight at the checkpoint were not regenerated"
     final = torch.load(save / f"global_step_{last + 3}" / "async_in_flight.pt", weights_only=False)
     assert len(final) == 4 and not texts(final) & set(counts)  # admitted ahead, none trained yet, none lost
+
+
+@pytest.mark.parametrize("mode", ["colocated", "disaggregated"])
+def test_a_reward_that_fails_saves_the_last_step_with_the_failed_steps_prompts_in_flight(workspace, capsys, mode):
+    """The reward function raises during a step of an asynchronous run with trainer.save_freq=-1: the step before,
+    whose weights the workers hold, is saved first, with the prompts in flight (the failed step's put back), as a
+    synchronous run saves it (every step was lost). Resumed with a reward that works, every prompt is trained exactly
+    once, n samples each."""
+    from verl.trainer.main import main
+
+    root = workspace["root"]
+    name = f"failing_reward_{mode}"
+    failing = root / f"{name}.py"
+    failing.write_text(
+        REWARD.replace("def compute_score(sample):", "calls = []\n\n\ndef _score(sample):")
+        + "\n\ndef compute_score(sample):\n    calls.append(1)\n"
+        + "    assert len(calls) <= 20, 'the reward service went away'\n    return _score(sample)\n"
+    )
+    extra = [f"worker.rollout.mode={mode}", "worker.rollout.max_staleness=1"]
+    if mode == "disaggregated":
+        extra += ["trainer.n_gpus_per_node=1", "worker.rollout.n_gpus_per_node=1"]
+    args = [a for a in run_args(workspace, name, *extra) if not a.startswith(("worker.reward.reward_function=",))]
+    assert main([*args, f"worker.reward.reward_function={failing}:compute_score", "trainer.max_steps=6"]) == 1
+    err = capsys.readouterr().err
+    assert "AssertionError: the reward service went away" in err and "Traceback" not in err, err
+    save = root / name
+    (saved,) = sorted(save.glob("global_step_*"))
+    failed = int(saved.name.rsplit("_", 1)[1]) + 1
+    assert f"Step {failed} stopped in the user's code" in err and "running the same command again resumes" in err
+    working = f"worker.reward.reward_function={root / 'reward.py'}:compute_score"
+    run_ppo(load_config([*args, working, f"trainer.max_steps={failed + 1}"]))
+    trained = [record["prompt"] for step in range(1, failed + 2) for record in read_rollouts(save, step)]
+    counts = Counter(trained)
+    assert set(counts.values()) == {2} and len(counts) == 4 * (failed + 1), "a prompt was lost, or trained twice"

@@ -138,6 +138,8 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         self.in_flight: dict[str, DataProto] = {}
         """Prompt rows admitted and not yet trained, by uid (checkpointed)."""
         self._readmit: DataProto | None = None
+        self._taken_this_step: dict[str, DataProto] = {}
+        """The prompt rows this step has taken out of flight (trained, or dropped by online filtering)."""
         reward = self.config.worker.reward
         self.stream_rewards = reward.stream is not False and reward_stream_obstacle(reward, rollout.mode) is None
         """Score each group as soon as it is complete, while the engines generate."""
@@ -145,6 +147,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
+        self._taken_this_step = {}
         rounds = itertools.count()
         batch = self._fill_batch(lambda: self._take_round(version, next(rounds), metrics), metrics)
         versions, resumed = batch.batch["rollout_versions"], batch.batch["rollout_resumed"]
@@ -238,10 +241,18 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
             self._add_greedy_baselines(batch)
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):
-            self.in_flight.pop(uid, None)
+            if uid in self.in_flight:
+                self._taken_this_step[uid] = self.in_flight.pop(uid)
         return batch
 
     # ------------------------------------------------------------------------------------------------ checkpoints
+
+    def _position_before_failed_step(self, loader_state: dict[str, Any]) -> dict[str, Any]:
+        """The loader has moved on with this step's admissions, whose prompts are in flight; the prompts the failed
+        step took go back in flight: the save of the step before records them, and a resume generates them again."""
+        self.in_flight.update(self._taken_this_step)
+        self._taken_this_step = {}
+        return self.train_dataloader.state_dict()
 
     def _write_run_state(self, path: str) -> None:
         super()._write_run_state(path)

@@ -688,6 +688,10 @@ class RayPPOTrainer:
             self._save_checkpoint(val_metrics.get("val/reward_score"))
         return val_metrics
 
+    def _position_before_failed_step(self, loader_state: dict[str, Any]) -> dict[str, Any]:
+        """The data position a save of the step before a failed one records: the loader's before the failed step."""
+        return loader_state
+
     def _save_before_failed_step(self, loader_state: dict[str, Any], last_saved: int) -> None:
         """Step N failed in the user's code, data or settings before its update: save step N-1 (the weights the
         workers hold) unless saved, with the data position before step N, so that a resume runs step N again. Without
@@ -721,14 +725,14 @@ class RayPPOTrainer:
         self.global_step += 1
         timing_raw: dict[str, float] = {}
         with timer("step", timing_raw):
-            # mode=sync: the user's code fails a step before its update, with the weights still the last step's
-            before = self.train_dataloader.state_dict() if self.config.worker.rollout.mode == "sync" else None
+            # the user's code failing a step before its update leaves the weights the last step's: saved first
+            before = self.train_dataloader.state_dict()
             self.updating = False
             try:
                 batch, metrics = self.train_step(timing_raw)
             except (*USER_ERRORS, OnlineFilteringError, user_functions.AlgorithmFunctionError):
-                if before is not None and not self.updating:  # a user's loss fails in the update: not saved
-                    self._save_before_failed_step(before, last_saved)
+                if not self.updating:  # a user's loss fails in the update: not saved
+                    self._save_before_failed_step(self._position_before_failed_step(before), last_saved)
                 raise
             if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
                 with timer("dump_rollouts", timing_raw):
