@@ -748,6 +748,21 @@ def test_process_multi_modal_inputs_once_per_prompt(model_root: str) -> None:
     assert inputs[2]["pixel_values"].shape[0] == 6 * 8 + 4 * 4 and inputs[3] == {}
     process_multi_modal_inputs(data, processor)  # already processed: kept as is
     assert data.non_tensor_batch["multi_modal_inputs"] is inputs
+    # a worker keeps them from one call of a step to the next (each call gets the batch afresh); a batch of other
+    # prompts (the next step's) empties what it keeps
+    kept: dict = {}
+    mask = data.batch["attention_mask"]
+    first, again = (DataProto.from_dict({"attention_mask": mask}, {**data.non_tensor_batch}) for _ in range(2))
+    for batch in (first, again):
+        batch.non_tensor_batch.pop("multi_modal_inputs")
+        process_multi_modal_inputs(batch, processor, kept)
+    assert again.non_tensor_batch["multi_modal_inputs"][2] is first.non_tensor_batch["multi_modal_inputs"][2]
+    assert set(kept) == {"a", "b", "c"}
+    following = DataProto.from_dict(
+        {"attention_mask": torch.ones(1, 3, dtype=torch.long)}, {"multi_modal_data": [rows[0]], "uid": ["d"]}
+    )
+    process_multi_modal_inputs(following, processor, kept)
+    assert set(kept) == {"d"}
     text_only = DataProto.from_dict({"attention_mask": torch.ones(1, 1)}, {"multi_modal_data": [None]})
     process_multi_modal_inputs(text_only, None)  # nothing to process without images
     assert "multi_modal_inputs" not in text_only.non_tensor_batch

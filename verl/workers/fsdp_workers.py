@@ -115,6 +115,8 @@ class FSDPWorker(Worker):
         same = model.tokenizer_path == config.actor.model.tokenizer_path
         self.tokenizer = get_tokenizer(model.tokenizer_path, **options, warn_no_pad=not same)
         self.processor = get_processor(model.tokenizer_path, **options)
+        self.media_inputs: dict[Any, Any] = {}
+        """A step's prompts' processed images and videos by uid, from one call to the next (process_multi_modal_inputs)."""
         n = config.rollout.n
         # seq-mean-token-sum-norm divides by data.max_response_length, not the step's width (a length schedule's stage)
         lengths = {"rollout_n": n, "max_response_length": max(config.rollout.response_length, 0) or None}
@@ -260,7 +262,7 @@ class FSDPWorker(Worker):
     ) -> DataProto:
         """An experience phase: media inputs built, the sequence-parallel group's rows gathered, `forward` run inside
         `contexts` (in order), this rank's rows kept as `name`."""
-        process_multi_modal_inputs(data, self.processor)
+        process_multi_modal_inputs(data, self.processor, self.media_inputs)
         data = gather_rows(data, sp_group)
         with contextlib.ExitStack() as stack:
             for context in contexts:
@@ -308,7 +310,7 @@ class FSDPWorker(Worker):
             role, sp_group, lr_scheduler = "critic", self.critic_sp_group, self.critic_lr_scheduler
         else:
             role, sp_group, lr_scheduler = "actor", self.sp_group, self.actor_lr_scheduler
-        process_multi_modal_inputs(data, self.processor)
+        process_multi_modal_inputs(data, self.processor, self.media_inputs)
         data = gather_rows(data, sp_group)
         # dropout masks from (rollout.seed, rank, step): the ranks draw other ones, and a resumed run the same ones
         step_rng = device_utils.seeded_rng(self.config.rollout.seed, dist.get_rank(), lr_scheduler.last_epoch)

@@ -35,9 +35,12 @@ PACKING_EXACT_ATTENTION: tuple[str, ...] = ("varlen", "flash_attention_2", "flas
 tokens (sdpa and eager would need a dense block-diagonal mask, slower than padding: they run padded)."""
 
 
-def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
+def process_multi_modal_inputs(data: DataProto, processor: Any, kept: dict[Any, Any] | None = None) -> None:
     """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its `multi_modal_data`,
-    once per prompt (`uid`); a batch that has the column already is left as is (reused by later phases)."""
+    once per prompt (`uid`); a batch that has the column already is left as is (reused by later phases). `kept`, a
+    worker's own, holds them from one call to the next by uid (a step's log-prob, reference and update calls each get
+    the batch afresh, and processed every image again); it is emptied by a batch none of whose prompts it holds (the
+    next step's)."""
     if "multi_modal_data" not in data.non_tensor_batch or "multi_modal_inputs" in data.non_tensor_batch:
         return
     if processor is None:
@@ -48,7 +51,9 @@ def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
             )
         return  # a text model with an all-empty multi_modal_data column
     uids = data.non_tensor_batch.get("uid")
-    cache: dict[Any, dict[str, torch.Tensor]] = {}
+    cache: dict[Any, dict[str, torch.Tensor]] = {} if kept is None or uids is None else kept
+    if cache and not any(uid in cache for uid in uids):
+        cache.clear()
     rows = []
     for index, multi_modal_data in enumerate(data.non_tensor_batch["multi_modal_data"]):
         key = uids[index] if uids is not None else index
