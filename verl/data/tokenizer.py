@@ -203,6 +203,23 @@ def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[in
     return ids
 
 
+def turn_end_token_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int | None:
+    """The special token the chat template closes an assistant turn with (ChatML's `<|im_end|>`), read off a probe
+    conversation; None where the template writes none (GLM's opens the next turn instead) or cannot render it."""
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": TURN_MARKER}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **(template_kwargs or {}))
+    except Exception:  # noqa: BLE001 (a template that raises on this probe): nothing learned from it
+        return None
+    if not isinstance(text, str) or TURN_MARKER not in text:
+        return None
+    closing = text[text.index(TURN_MARKER) + len(TURN_MARKER) :].lstrip()
+    for token in sorted(special_strings(tokenizer), key=len, reverse=True):
+        if token and closing.startswith(token):
+            return int(tokenizer.convert_tokens_to_ids(token))
+    return None
+
+
 def get_processor(
     path: str,
     trust_remote_code: bool = False,

@@ -277,3 +277,45 @@ def test_a_synchronous_call_shows_its_progress_unless_disabled(rollout, capsys) 
         rollout.config.disable_tqdm = True
     assert f"{3 * N}/{3 * N}" in shown and "generate" in shown
     assert "generate:" not in hidden and rollout.call_loop.progress is None
+
+
+def test_a_template_whose_end_of_turn_is_no_stop_token_stops_there(tmp_path) -> None:
+    """A base model's folder (Qwen2.5-7B's): its tokenizer's and generation config's EOS is <|endoftext|>, and the
+    ChatML template it ships closes a turn with <|im_end|>. vLLM did not stop there: the model wrote the next turns
+    itself, the actor trained on them and the reward read them. Generation now stops at the turn's end too."""
+    import json
+
+    from verl.data.tokenizer import get_tokenizer, turn_end_token_id
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    base = tmp_path / "base"
+    shutil.copytree(get_or_build_tiny_model("qwen2", str(tmp_path / "models")), base)
+    tokenizer = get_tokenizer(str(base))
+    end_of_text, im_end = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"])
+    for name, key, value in (
+        ("tokenizer_config.json", "eos_token", "<|endoftext|>"),
+        ("generation_config.json", "eos_token_id", end_of_text),
+        ("config.json", "eos_token_id", end_of_text),
+    ):
+        settings = json.loads((base / name).read_text())
+        settings[key] = value
+        (base / name).write_text(json.dumps(settings))
+    tokenizer = get_tokenizer(str(base))
+    assert tokenizer.eos_token_id == end_of_text and turn_end_token_id(tokenizer) == im_end
+    config = RolloutConfig(
+        n=1,
+        temperature=1.0,
+        prompt_length=PROMPT_LENGTH,
+        response_length=16,
+        kv_cache_memory_mb=16,
+        enforce_eager=True,
+        max_num_batched_tokens=512,
+        tensor_parallel_size=1,
+    )
+    rollout = VLLMRollout(str(base), config, tokenizer)
+    assert rollout.eos_token_ids == {end_of_text, im_end}
+    request = RolloutRequest(sampling={"logit_bias": {im_end: 100.0}})  # the turn ends at once
+    output = rollout.generate_sequences(_prompts(tokenizer, 2), request)
+    assert output.batch["response_mask"].sum(-1).tolist() == [1, 1]
+    assert output.batch["responses"][:, 0].tolist() == [im_end, im_end]

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from verl.data.dataset import RESPONSE_BUDGET_COLUMN
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
-from verl.data.tokenizer import eos_token_ids
+from verl.data.tokenizer import eos_token_ids, turn_end_token_id
 from verl.envs import load_environment
 from verl.envs.base import call_env, checked_info
 from verl.envs.client_env import ChatClientEnv
@@ -319,6 +319,7 @@ class VLLMRollout:
         """generate_async: the `RolloutRequest.batch_key` whose groups this rank has returned (one batch per round)."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = eos_token_ids(self.tokenizer, model_path)
+        self.turn_end_ids = self._turn_end_stop(model_path)
         self._base_sampling = self._base_sampling_kwargs()
         self.env = None
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
@@ -355,6 +356,24 @@ class VLLMRollout:
         self.request_loop.lora_request = request
         self.call_loop.lora_request = request
 
+    def _turn_end_stop(self, model_path: str) -> list[int]:
+        """The chat template's end-of-turn token where it is no stop token of the model (a base model's ChatML: its
+        EOS is `<|endoftext|>`, its template closes a turn with `<|im_end|>`): generation stops there too, or the
+        model went on writing the next turns itself, and trained on them, and its reward read them."""
+        closing = turn_end_token_id(self.tokenizer, self.config.chat_template_kwargs)
+        if closing is None or closing in self.eos_token_ids:
+            return []
+        if self.rank == 0:
+            logger.warning(
+                "The chat template of %s closes a turn with %r, which is not among the model's stop tokens (%s): "
+                "generation stops there too (as at the end of a turn).",
+                model_path,
+                self.tokenizer.convert_ids_to_tokens(closing),
+                ", ".join(map(str, self.tokenizer.convert_ids_to_tokens(sorted(self.eos_token_ids)))),
+            )
+        self.eos_token_ids = {*self.eos_token_ids, closing}
+        return [closing]
+
     def _base_sampling_kwargs(self) -> dict[str, Any]:
         config = self.config
         kwargs: dict[str, Any] = {
@@ -367,6 +386,8 @@ class VLLMRollout:
             "detokenize": False,  # token ids are all the trainer needs
             "logprobs": 0 if config.calculate_log_probs else None,
         }
+        if self.turn_end_ids:  # a stop token of the template's beside the model's
+            kwargs["stop_token_ids"] = list(self.turn_end_ids)
         if self.multimodal:  # the model must not emit image/video placeholders (they would break the rope index)
             bias = {}
             for name in ("image_token", "video_token"):
@@ -383,6 +404,8 @@ class VLLMRollout:
         overrides.update(request.sampling)
         check_sampling_overrides(overrides, "rollout.val_override_config or the rollout request")
         kwargs = {**self._base_sampling, **overrides}
+        if self.turn_end_ids and "stop_token_ids" in overrides:  # more stop tokens, not fewer
+            kwargs["stop_token_ids"] = sorted({*self.turn_end_ids, *(overrides["stop_token_ids"] or [])})
         if kwargs.get("top_k") == -1:
             kwargs["top_k"] = 0
         return kwargs
