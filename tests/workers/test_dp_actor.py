@@ -479,6 +479,17 @@ def test_rows_without_advantage_are_skipped_with_the_same_gradient(model_root: s
         config = actor_config(True, False, **{**base, **change})
         metrics = DataParallelPPOActor(config, model, recording_optimizer(model)).update_policy(data, TEMPERATURE)
         assert "actor/skipped_token_share" not in metrics, change
+    from verl.algorithms import masked_ops  # a user's aggregation may read every row's length: nothing skipped
+
+    masked_ops.register_loss_avg_mode("test-per-batch-token-mean")(
+        lambda sums, lengths, *_: sums.sum() / lengths.sum()
+    )
+    try:
+        config = actor_config(True, False, **{**base, "loss_avg_mode": "test-per-batch-token-mean"})
+        metrics = DataParallelPPOActor(config, model, recording_optimizer(model)).update_policy(data, TEMPERATURE)
+        assert "actor/skipped_token_share" not in metrics
+    finally:
+        masked_ops._LOSS_AVG_MODES.pop("test-per-batch-token-mean")
     flat = data.select(deepcopy=True)
     flat.batch["advantages"].zero_()
     config = actor_config(True, False, **base)

@@ -132,6 +132,9 @@ _LOSS_AVG_MODES: dict[str, LossAggFn] = {
     "seq-mean-token-sum-norm": lambda sums, lengths, tokens, seqs, max_len: (sums / float(max_len)).sum() / seqs,
 }
 """The built-in aggregations (formulas in `agg_loss`); `register_loss_avg_mode` adds more."""
+BUILT_IN_LOSS_AVG_MODES = frozenset(_LOSS_AVG_MODES)
+"""Each sums its rows' shares apart (a row of zero loss adds nothing and changes no other row's share); a user's may
+read every row's length (worker.actor.skip_zero_advantage_rows applies to these only)."""
 
 
 def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:

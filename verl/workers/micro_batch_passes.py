@@ -52,6 +52,10 @@ def _world_size(group: dist.ProcessGroup | None) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
+_SKIPPED_TOKENS, _TOKENS = "skipped_tokens", "tokens"
+"""A mini-batch's tokens left out of the passes (no_gradient) and in all, over every rank: summed into a share."""
+
+
 class MicroBatchPasses:
     """One rank's micro-batch passes through `module` for `role` ("actor" or "critic": named in errors and metrics).
     Each optimizer step takes global_batch_size (prompts) x `rollout_n` / data-parallel size samples per rank.
@@ -143,18 +147,31 @@ class MicroBatchPasses:
                 for name, value in {**update, **(constant_metrics or {})}.items():
                     metrics[name].append(value)
         metrics[f"{self.role}/lr"].append(self.optimizer.param_groups[0]["lr"])
-        return {name: float(np.mean(values)) for name, values in metrics.items()}
+        skipped, tokens = metrics.pop(_SKIPPED_TOKENS, None), metrics.pop(_TOKENS, None)
+        result = {name: float(np.mean(values)) for name, values in metrics.items()}
+        if skipped is not None:  # over every rank and mini-batch, not a mean of their shares
+            result[f"{self.role}/skipped_token_share"] = float(np.sum(skipped)) / max(float(np.sum(tokens)), 1.0)
+        return result
 
-    def _rows_to_run(self, mini_batch: DataProto, no_gradient: Callable[[DataProto], torch.Tensor]) -> DataProto:
+    def _rows_to_run(
+        self, mini_batch: DataProto, no_gradient: Callable[[DataProto], torch.Tensor]
+    ) -> tuple[DataProto, dict[str, float]]:
         """The rows of `mini_batch` the update runs: those with a gradient, topped up with rows without one to the most
-        any rank keeps (at least one), so every rank runs the same number of rows (and of FSDP collectives)."""
+        any rank keeps (at least one), so every rank runs the same number of rows (and of FSDP collectives); and the
+        tokens left out and in all, over every rank."""
         skip = no_gradient(mini_batch).cpu()
         kept = torch.nonzero(~skip).flatten()
         most = torch.tensor([max(len(kept), 1)], dtype=torch.int64)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.group)
         rows = torch.cat([kept, torch.nonzero(skip).flatten()[: int(most) - len(kept)]]).sort().values
-        return mini_batch if len(rows) == len(mini_batch) else mini_batch[rows.numpy()]
+        run = mini_batch if len(rows) == len(mini_batch) else mini_batch[rows.numpy()]
+        tokens = mini_batch.batch["attention_mask"].sum().item()
+        counts = torch.tensor([tokens - run.batch["attention_mask"].sum().item(), tokens], dtype=torch.float64)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.group)
+        counts /= self.sp_size  # the ranks of a sequence-parallel group hold the same rows
+        return run, {_SKIPPED_TOKENS: float(counts[0]), _TOKENS: float(counts[1])}
 
     def _update_mini_batch(
         self,
@@ -166,13 +183,10 @@ class MicroBatchPasses:
         """Accumulate the gradient of one mini-batch over its micro-batches, then take one optimizer step."""
         config = self.config
         counts = None
-        skipped = {}
+        skipped: dict[str, float] = {}
         if no_gradient is not None:  # the loss's normaliser counts every row; the passes run those with a gradient
             counts = global_loss_counts([mini_batch], self.group)
-            tokens = float(mini_batch.batch["attention_mask"].sum())
-            mini_batch = self._rows_to_run(mini_batch, no_gradient)
-            share = 1.0 - float(mini_batch.batch["attention_mask"].sum()) / max(tokens, 1.0)
-            skipped[f"{self.role}/skipped_token_share"] = share
+            mini_batch, skipped = self._rows_to_run(mini_batch, no_gradient)
         micro_batches, _ = make_micro_batches(
             mini_batch,
             update_micro_batch_size(

@@ -21,7 +21,7 @@ from verl.algorithms.core_algos import (
     compute_policy_loss,
     default_loss_avg_mode,
 )
-from verl.algorithms.masked_ops import masked_mean, top_fraction_cutoff
+from verl.algorithms.masked_ops import BUILT_IN_LOSS_AVG_MODES, masked_mean, top_fraction_cutoff
 from verl.algorithms.policy_losses import scales_with_advantage
 from verl.models.moe import RouterStats
 from verl.protocol import DataProto
@@ -168,6 +168,7 @@ class DataParallelPPOActor:
             and not adaptive_entropy
             and config.top_entropy_quantile == 1
             and scales_with_advantage(config.loss_type)
+            and self.loss_avg_mode in BUILT_IN_LOSS_AVG_MODES
         )
         summed = [metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss"]
         if skip_rows:  # not a loss term then, and its sum over the rows that ran would be a part of the whole
