@@ -312,3 +312,17 @@ def test_environment_images_given_as_image_urls_equal_pil_images(vl_rollout):
     for row in range(len(outputs[0])):
         pixels = [output.non_tensor_batch["multi_modal_inputs"][row].get("pixel_values") for output in outputs]
         assert (pixels[0] is None and pixels[1] is None) or torch.equal(pixels[0], pixels[1])
+
+
+def test_the_media_placeholders_stay_blocked_whatever_a_request_biases(vl_rollout):
+    """The engine must not write an image, video or audio placeholder (the rope index, and Gemma 4's trainer embeds a
+    generated <|audio|> as padding where the engine does not); a request's own logit_bias (validation's overrides)
+    replaced the blocking."""
+    from verl.workers.rollout.request_loop import RolloutRequest
+
+    rollout, processor, _, _ = vl_rollout
+    names = [name for name in ("image_token", "video_token", "audio_token") if getattr(processor, name, None)]
+    placeholders = {int(processor.tokenizer.convert_tokens_to_ids(getattr(processor, name))) for name in names}
+    kwargs = rollout.sampling_kwargs(RolloutRequest(sampling={"logit_bias": {7: 1.5}}))
+    assert {token for token, bias in kwargs["logit_bias"].items() if bias == -100.0} == placeholders
+    assert kwargs["logit_bias"][7] == 1.5

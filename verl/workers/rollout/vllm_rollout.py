@@ -388,9 +388,9 @@ class VLLMRollout:
         }
         if self.turn_end_ids:  # a stop token of the template's beside the model's
             kwargs["stop_token_ids"] = list(self.turn_end_ids)
-        if self.multimodal:  # the model must not emit image/video placeholders (they would break the rope index)
-            bias = {}
-            for name in ("image_token", "video_token"):
+        if self.multimodal:  # the model must not emit media placeholders (they would break the rope index; Gemma 4's
+            bias = {}  # trainer embeds an <|audio|> as padding, which the engine does not for a generated one)
+            for name in ("image_token", "video_token", "audio_token"):
                 token = getattr(self.processor, name, None)
                 token_id = self.tokenizer.convert_tokens_to_ids(token) if token else None
                 if token_id is not None and token_id != self.tokenizer.unk_token_id:
@@ -406,6 +406,8 @@ class VLLMRollout:
         kwargs = {**self._base_sampling, **overrides}
         if self.turn_end_ids and "stop_token_ids" in overrides:  # more stop tokens, not fewer
             kwargs["stop_token_ids"] = sorted({*self.turn_end_ids, *(overrides["stop_token_ids"] or [])})
+        if self._base_sampling.get("logit_bias") and "logit_bias" in overrides:  # the media placeholders stay blocked
+            kwargs["logit_bias"] = {**(overrides["logit_bias"] or {}), **self._base_sampling["logit_bias"]}
         if kwargs.get("top_k") == -1:
             kwargs["top_k"] = 0
         return kwargs
