@@ -328,3 +328,14 @@ def test_a_folder_of_one_split_leaves_out_files_named_for_none(tmp_path, caplog)
     with caplog.at_level(logging.WARNING, logger="verl.data.sources"):
         assert _questions(folder) == ["q"]
     assert "1 file(s) whose names carry no split are left out" in caplog.text
+
+
+def test_a_folder_whose_only_named_split_is_not_train_asks_for_it(tmp_path):
+    """A folder holding `aime_test.jsonl` (and files named for no split) trained on the test set without a word."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "aime_test.jsonl").write_text(json.dumps({"question": "t"}) + "\n")
+    (folder / "notes.json").write_text(json.dumps({"question": "n"}))
+    with pytest.raises(ValueError, match=r"has files named for split 'test' only .* write '.*data@test' to read"):
+        load_source(str(folder))
+    assert _questions(f"{folder}@test") == ["t"]

@@ -255,7 +255,8 @@ def test_a_driver_joining_a_cluster_gives_its_workers_its_hub_and_collective_set
     job = {"runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "DEBUG"}}}
     extra = {"HF_HUB_OFFLINE": "1", "NCCL_DEBUG": "INFO", "DRIVER_ONLY": "x", "RAY_ADDRESS": two_node_cluster.address}
     env = {**os.environ, **extra, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(job)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(helpers), REPO, env.get("PYTHONPATH")]))
+    # relative, as `PYTHONPATH=. python -m ...` gives it: a worker's Python read it where `ray start` ran
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, ["helpers", REPO, env.get("PYTHONPATH")]))
     env.pop("VLLM_LOGGING_LEVEL", None)
     run = dict(env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     proc = subprocess.run([sys.executable, "-c", code], **run)

@@ -258,7 +258,10 @@ def test_missing_config_file(files):
         (["worker.actor.optim.lr=-1e-6"], r"worker.actor.optim.lr.*zero or positive"),
         (["worker.rollout.seed=-3"], r"worker.rollout.seed.* is a seed, which must lie in \[0, 2\*\*32\)"),
         (["worker.rollout.seed=4294967296"], r"worker.rollout.seed.* must lie in \[0, 2\*\*32\), got 4294967296"),
-        (['worker.rollout.val_override_config={"seed": -5}'], r"val_override_config.seed must be an integer in \["),
+        (
+            ['worker.rollout.val_override_config={"seed": -5}'],
+            r"val_override_config.seed must be a non-negative integer",
+        ),
         (['worker.rollout.val_override_config={"logprobs": 50}'], r"val_override_config.logprobs must be at most 20"),
         (
             ["data.seed=18446744073709551616"],

@@ -142,5 +142,16 @@ def test_a_filter_key_some_routes_do_not_return_is_named():
         batch.non_tensor_batch[route_key] = np.array(["math", "math", "chat", "chat"], dtype=object)
         return batch
 
-    with pytest.raises(OnlineFilteringError, match=r"filter_key='accuracy' is not a score of every sample \(the rows"):
+    with pytest.raises(
+        OnlineFilteringError, match=r"filter_key='accuracy' is not a score of the rows of .* \['chat'\]"
+    ):
         driver._fill_batch(generate_round, new_metric_store())
+
+    def scattered() -> DataProto:  # a value missing now and then (a judge's unparsed grade): that group is dropped
+        batch = rounds((MIXED, MIXED))()
+        batch.non_tensor_batch["reward/accuracy"] = np.array([0.0, 1.0, 1.0, float("nan")], dtype=object)
+        batch.non_tensor_batch[route_key] = np.array(["math", "math", "chat", "chat"], dtype=object)
+        return batch
+
+    driver.config.data.rollout_batch_size = 1
+    assert uids(driver._fill_batch(scattered, new_metric_store())) == ["g0"]

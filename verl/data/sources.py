@@ -178,6 +178,11 @@ def _folder_files(directory: str, split: str | None, spec: str, named: str | Non
     splits = next(iter(layout.values()))
     if split is None and len(splits) == 1:  # one split of one config: nothing to mix up (files named for none are
         split = next(iter(splits))  # left out below, as datasets leaves them out: a meta.json beside train.jsonl)
+        if split != "train":  # a folder whose only named file is a test set: trained on without a word
+            raise ValueError(
+                f"Dataset directory {directory!r} has files named for split {split!r} only "
+                f"({_listed(splits[split])}); write '{named}@{split}' to read them."
+            )
     if split is None or split not in splits:
         split_names = sorted(splits, key=_split_order)
         problem = f"has no split {split!r}" if split is not None else "holds several splits, which must not be mixed"

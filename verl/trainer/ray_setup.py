@@ -62,6 +62,8 @@ def worker_env(device: str) -> dict[str, str]:
     env.update(quiet.worker_env_vars())
     env.update({k: v for k, v in os.environ.items() if k.startswith(DRIVER_ENV_PREFIXES) or k in DRIVER_ENV_NAMES})
     env[DRIVER_CWD_ENV] = os.getcwd()  # a joined cluster's workers start where `ray start` ran (worker_setup)
+    if env.get("PYTHONPATH"):  # made absolute: a worker's Python reads it before it moves to the driver's directory
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     if device == "cpu":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
     else:

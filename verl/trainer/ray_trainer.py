@@ -296,15 +296,19 @@ class RayPPOTrainer:
                 "set algorithm.filter_key to one of them."
             )
         values = np.asarray(batch.non_tensor_batch[column], dtype=np.float64)
-        if np.isnan(values).any():  # a key some routes do not return (NaN there): their groups were always dropped
-            route_key = self.config.worker.reward.route_key
-            routes = batch.non_tensor_batch.get(route_key)
-            without = sorted({str(r) for r in routes[np.isnan(values)]}) if routes is not None else []
-            where = f"the rows of {route_key} {without} have none" if without else "some rows have none"
-            raise OnlineFilteringError(
-                f"algorithm.filter_key='{algo.filter_key}' is not a score of every sample ({where}), so their groups "
-                "could never be kept; filter on a key every reward returns (overall)."
-            )
+        # NaN where a sample has no value (its group is dropped): a judge's unparsed grade now and then; but a key
+        # that a reward route never returns (NaN on all its rows) drops its groups every step
+        route_key = self.config.worker.reward.route_key
+        routes = batch.non_tensor_batch.get(route_key)
+        missing = np.isnan(values)
+        if routes is not None and missing.any():
+            without = sorted({str(route) for route in routes[missing] if missing[routes == route].all()})
+            if without:
+                raise OnlineFilteringError(
+                    f"algorithm.filter_key='{algo.filter_key}' is not a score of the rows of {route_key} {without} "
+                    "(their reward returns no such key), so their groups could never be kept; filter on a key every "
+                    "route returns (overall)."
+                )
         keep = core_algos.filter_groups_by_reward(
             values,
             batch.non_tensor_batch["uid"],

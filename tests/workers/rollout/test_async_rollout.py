@@ -319,3 +319,8 @@ def test_a_template_whose_end_of_turn_is_no_stop_token_stops_there(tmp_path) -> 
     output = rollout.generate_sequences(_prompts(tokenizer, 2), request)
     assert output.batch["response_mask"].sum(-1).tolist() == [1, 1]
     assert output.batch["responses"][:, 0].tolist() == [im_end, im_end]
+    # ignore_eos runs every response to the budget: no stop of the template's either (vLLM honours stop_token_ids)
+    import dataclasses
+
+    rollout.config, rollout.eos_token_ids = dataclasses.replace(config, ignore_eos=True), {end_of_text}
+    assert rollout._turn_end_stop(str(base)) == [] and rollout.eos_token_ids == {end_of_text}

@@ -48,7 +48,10 @@ OVERRIDE_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "frequency_penalty": (lambda v: _number(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     "repetition_penalty": (lambda v: _number(v) and v > 0, "a positive number"),
     "min_tokens": (lambda v: _int(v) and v >= 0, "an integer of at least 0"),
-    "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**32), "an integer in [0, 2**32)"),
+    "seed": (
+        lambda v: v is None or (_int(v) and v >= 0),
+        "a non-negative integer (the requests' seeds derive from it)",
+    ),
     "logprobs": (lambda v: v is None or (_int(v) and 0 <= v <= 20), "at most 20, the engine's max_logprobs"),
     "prompt_logprobs": (lambda v: v is None or (_int(v) and 0 <= v <= 20), "at most 20, the engine's max_logprobs"),
     "stop_token_ids": (lambda v: isinstance(v, list) and all(_int(i) for i in v), "a list of token ids"),

@@ -76,8 +76,10 @@ class EngineThread:
     def raise_if_failed(self) -> None:
         """The thread's own error, of its own type (a user's environment failing is an EnvCodeError wherever the
         thread's failure is raised: the CLI reports it as one; the thread logged where it failed)."""
-        if self.error is not None:
+        if isinstance(self.error, Exception):
             raise self.error
+        if self.error is not None:  # a SystemExit or KeyboardInterrupt raised in a Ray call would end the process
+            raise RuntimeError(f"The engine thread failed: {self.error!r}") from self.error
 
     def post(self, fn: Callable[[], Any]) -> Future:
         """Run `fn` on the thread between two engine steps; its result (or exception) comes in the future."""

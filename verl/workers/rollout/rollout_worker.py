@@ -137,6 +137,7 @@ class RolloutWorker(Worker):
             if self.rollout.engine_leader is not None:  # the peers receive and load their own copy at this point
                 self.rollout.engine_leader.send("load")
             if "weights" not in received:  # (every process of the engine takes the broadcast here, together)
+                received["taking"] = True
                 received["weights"], received["stats"] = sinks.receive_weights(self.transfer_group, self.device)
                 received["at"] = time.perf_counter()
             weights = received.pop("weights")
@@ -148,7 +149,13 @@ class RolloutWorker(Worker):
             self.version = self.engine.version = version
             return time.perf_counter() - paused
 
-        pause = self._on_engine_thread(load, "load")
+        try:
+            pause = self._on_engine_thread(load, "load")
+        except BaseException:
+            if not received.get("taking") and "stats" not in received:  # the engine failed before the broadcast:
+                with contextlib.suppress(Exception):  # take it here, or the trainer and the peers wait in it for ever
+                    sinks.receive_weights(self.transfer_group, self.device)
+            raise
         stats = received["stats"]
         return {
             "timing_s/sync_weights_receive": received["at"] - start,

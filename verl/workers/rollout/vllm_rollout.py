@@ -361,7 +361,7 @@ class VLLMRollout:
         EOS is `<|endoftext|>`, its template closes a turn with `<|im_end|>`): generation stops there too, or the
         model went on writing the next turns itself, and trained on them, and its reward read them."""
         closing = turn_end_token_id(self.tokenizer, self.config.chat_template_kwargs)
-        if closing is None or closing in self.eos_token_ids:
+        if closing is None or closing in self.eos_token_ids or self.config.ignore_eos:  # (runs to the budget)
             return []
         if self.rank == 0:
             logger.warning(
