@@ -259,11 +259,20 @@ def test_the_override_values_refused_at_load_are_the_ones_vllm_refuses(key) -> N
         "min_tokens": [0, 4, -1],
         "seed": [None, 0, 12345],
         "stop_token_ids": [[], [1, 2], [1.5]],
+        "logprobs": [None, 0, 20, 21, -1, -2],
+        "prompt_logprobs": [None, 0, 20, 21, -1, -2],
     }[key]
+    # the engine refuses more log-probs than its max_logprobs (-1: the whole vocabulary), which the rollout leaves at
+    # vLLM's default; SamplingParams alone takes them
+    from vllm.config import ModelConfig
+
+    field = ModelConfig.__dataclass_fields__["max_logprobs"].default  # pydantic's FieldInfo, or the value
+    most = getattr(field, "default", field)
+    assert most == 20
     for value in values:
         try:
             SamplingParams(**{key: value}, max_tokens=8, detokenize=False)
-            vllm_accepts = True
+            vllm_accepts = not (key.endswith("logprobs") and value is not None and (value == -1 or value > most))
         except (ValueError, TypeError, VLLMValidationError):
             vllm_accepts = False
         assert accepts(value) == vllm_accepts, (key, value)
