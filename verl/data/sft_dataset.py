@@ -37,6 +37,7 @@ from verl.data.tokenizer import (
     TURN_MARKER,
     check_chat_template_kwargs,
     no_chat_template_message,
+    probe_turn,
     render_chat,
     renders_tool_calls,
     template_reads,
@@ -449,7 +450,7 @@ class SFTDataset(torch.utils.data.Dataset):
     def _turn_parts(self) -> tuple[str, str] | None:
         """(the opening the chat template writes for an assistant turn that others follow, the closing it writes
         after one, stripped), read once off probe conversations; None where the template shows neither in order."""
-        asked, answered = [{"role": "user", "content": "x"}], {"role": "assistant", "content": TURN_MARKER}
+        *asked, answered = probe_turn()
         head, closed = self._render(asked, False), self._render([*asked, answered], False)
         followed = self._render([*asked, answered, *asked], False)
         if TURN_MARKER not in closed or TURN_MARKER not in followed or not followed.startswith(head):

@@ -206,9 +206,8 @@ def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[in
 def turn_end_token_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> int | None:
     """The special token the chat template closes an assistant turn with (ChatML's `<|im_end|>`), read off a probe
     conversation; None where the template writes none (GLM's opens the next turn instead) or cannot render it."""
-    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": TURN_MARKER}]
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, **(template_kwargs or {}))
+        text = tokenizer.apply_chat_template(probe_turn(), tokenize=False, **(template_kwargs or {}))
     except Exception:  # noqa: BLE001 (a template that raises on this probe): nothing learned from it
         return None
     if not isinstance(text, str) or TURN_MARKER not in text:
@@ -305,7 +304,14 @@ def renders_tool_calls(renderer: Any, chat_template: str | None = None) -> bool:
 
 TURN_MARKER = "\u2063verl-turn-end\u2063"
 """Content of a probe assistant turn: where it lands in a rendering shows what the chat template writes around a
-turn (multi-turn continuations, SFT masks)."""
+turn (multi-turn continuations, SFT masks, the end-of-turn stop token)."""
+
+
+def probe_turn() -> list[dict[str, Any]]:
+    """A user's message and an assistant turn holding TURN_MARKER: the probe conversation every reading of what a
+    chat template writes around a turn renders."""
+    return [{"role": "user", "content": "x"}, {"role": "assistant", "content": TURN_MARKER}]
+
 
 _RENDER_ARGUMENTS = frozenset(
     "messages conversation tools documents chat_template add_generation_prompt continue_final_message tokenize "

@@ -199,7 +199,7 @@ class MicroBatchPasses:
             self.group,
             padded=not self.padding_free,
         )
-        token_count, seq_count = counts or global_loss_counts(micro_batches, self.group)
+        token_count, seq_count = counts if counts is not None else global_loss_counts(micro_batches, self.group)
         # the ranks of a sequence-parallel group hold the same rows: count them once
         token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
         if token_count == 0:  # every response masked out (truncated, or by the rollout correction): on every rank

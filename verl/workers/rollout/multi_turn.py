@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from verl.data.rollout_dump import transcript_messages
-from verl.data.tokenizer import TURN_MARKER, encode_rendered, special_strings
+from verl.data.tokenizer import TURN_MARKER, encode_rendered, probe_turn, special_strings
 from verl.envs.base import (
     EPISODE_COUNTERS,
     Environment,
@@ -49,14 +49,10 @@ class ChatContinuation:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         """The chat template's extra variables (data.chat_template_kwargs), as the dataset renders prompts with."""
-        if TURN_MARKER not in self.render(self._turn(), False):
+        if TURN_MARKER not in self.render(probe_turn(), False):
             raise ValueError("The chat template does not render assistant messages; multi-turn rollouts need one.")
         self.specials = special_strings(tokenizer)
         """The special tokens' strings (<|im_start|>, <|im_end|>, ...): in an environment's text they stay text."""
-
-    @staticmethod
-    def _turn() -> list[dict[str, Any]]:
-        return [{"role": "user", "content": "x"}, {"role": "assistant", "content": TURN_MARKER}]
 
     def render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         extra = {"tools": tools} if tools else {}
@@ -91,7 +87,7 @@ class ChatContinuation:
     def _after(self, messages: list[dict[str, Any]], turn_end_text: str) -> str:
         """The rendering after a model turn ended by `turn_end_text`, through the next assistant opening."""
         try:
-            after = self.render(self._turn() + list(messages), True)
+            after = self.render(probe_turn() + list(messages), True)
         except Exception as error:  # jinja's TemplateError (a template that raises on a role), or a bad message
             roles = [
                 message.get("role") if isinstance(message, dict) else type(message).__name__ for message in messages
