@@ -339,3 +339,12 @@ def test_a_folder_whose_only_named_split_is_not_train_asks_for_it(tmp_path):
     with pytest.raises(ValueError, match=r"has files named for split 'test' only .* write '.*data@test' to read"):
         load_source(str(folder))
     assert _questions(f"{folder}@test") == ["t"]
+
+
+def test_shards_are_never_cast_across_kinds(tmp_path):
+    """Only string widths are unified: a shard's text "007" beside another's integers stays a named mismatch (a cast
+    read it as 7)."""
+    _write_rows(tmp_path / "mixed" / "a.parquet", [{"question": "a", "answer": 7}])
+    _write_rows(tmp_path / "mixed" / "b.parquet", [{"question": "b", "answer": "007"}])
+    with pytest.raises(ValueError, match=r"'answer': 'int64'.*'answer': 'string'"):
+        load_source(str(tmp_path / "mixed"))

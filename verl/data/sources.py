@@ -416,12 +416,14 @@ def _files_source(files: list[str], directory: str | None = None) -> RowSource:
     import datasets
 
     loaded = [_load_file(path) for path in files]
-    for index, part in enumerate(loaded[1:], 1):  # the same columns typed alike where they can be: pandas writes
-        if part.features != loaded[0].features and set(part.column_names) == set(loaded[0].column_names):
-            try:  # large_string where datasets writes string, int64 where one shard's column is all null ...
-                loaded[index] = part.cast(loaded[0].features)
-            except Exception:  # noqa: BLE001 (pyarrow's errors): types that do not convert are named below
-                pass
+    first = loaded[0].features
+    for index, part in enumerate(loaded[1:], 1):  # pandas writes large_string where datasets writes string: one type
+        if (
+            set(part.column_names) == set(first)
+            and part.features != first
+            and _only_string_widths(part.features, first)
+        ):
+            loaded[index] = part.cast(first)  # (no other cast: text "007" read as the int 7 would change the data)
     starts = itertools.accumulate((len(part) for part in loaded), initial=0)
     parts = [(f"file '{path}'", start) for path, start in zip(files, starts)]
     try:
@@ -436,6 +438,15 @@ def _files_source(files: list[str], directory: str | None = None) -> RowSource:
             f"{error}. Give them identical columns or point the config at one file."
         ) from error
     return RowSource(rows, parts, list(rows.column_names))
+
+
+def _only_string_widths(features: Any, other: Any) -> bool:
+    """Whether `features` differ from `other` in string columns' offset widths alone (string, large_string)."""
+    texts = {"string", "large_string"}
+    return all(
+        features[name] == other[name] or {_type_name(features[name]), _type_name(other[name])} <= texts
+        for name in features
+    )
 
 
 def _type_name(feature: Any) -> str:
