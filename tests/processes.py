@@ -6,6 +6,7 @@ launcher's process group, waited for until its first step.
 Importable from every test directory: pytest puts tests/ on sys.path for tests/conftest.py.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -31,6 +32,18 @@ def wait_gone(pids, timeout: float = 10.0) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
+def descendant_named(pid: int, name: str):
+    """The first descendant of `pid` whose process name is `name` (a psutil.Process); one that exits while the tree
+    is read is passed over."""
+    import psutil
+
+    for process in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.name() == name:
+                return process
+    raise LookupError(f"no process named {name} under {pid}")
+
+
 def start_run_in_a_group(command: list[str], env: dict[str, str], cwd: str, log, metric: str):
     """Start a training command as a member of a new process group that a `sleep` leads (as under `timeout` or a
     launcher script), and wait until its file log `log` has a step with `metric`; returns (launcher, run)."""
@@ -38,8 +51,13 @@ def start_run_in_a_group(command: list[str], env: dict[str, str], cwd: str, log,
     run = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, process_group=launcher.pid)
     assert os.getpgid(run.pid) == launcher.pid
     deadline = time.monotonic() + 300
-    while not (log.exists() and any(metric in json.loads(line) for line in log.read_text().splitlines())):
+    while not (log.exists() and any(metric in json.loads(line) for line in _complete_lines(log))):
         assert run.poll() is None, run.stderr.read()[-3000:]
         assert time.monotonic() < deadline, "no training step within 300 s"
         time.sleep(0.5)
     return launcher, run
+
+
+def _complete_lines(path) -> list[str]:
+    """The lines of a file another process appends to, without a last one it is still writing."""
+    return [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]

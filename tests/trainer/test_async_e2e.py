@@ -363,6 +363,7 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
     import time
 
     import psutil
+    from processes import descendant_named
 
     from verl.trainer.checkpointing import CheckpointTracker, is_complete
 
@@ -382,7 +383,7 @@ def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_pro
             assert time.monotonic() < deadline, "no third checkpoint within 300 s"
             time.sleep(0.2)
         run = psutil.Process(proc.pid).children(recursive=True)
-        assert any("raylet" in " ".join(p.cmdline()) for p in run)
+        assert descendant_named(proc.pid, "raylet")
     finally:
         proc.kill()
         proc.communicate()

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 import pytest
-from processes import start_run_in_a_group
+from processes import descendant_named, start_run_in_a_group
 
 from tests.model_folders import config_only_model
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -98,11 +98,11 @@ def _trainer_command(tmp_path) -> tuple[list[str], dict[str, str], object]:
 
 
 def _start_and_wait_for_a_step(
-    command: list[str], env: dict[str, str], save
+    command: list[str], env: dict[str, str], save, max_steps: int = 40
 ) -> tuple[subprocess.Popen, subprocess.Popen]:
-    """The run (40 steps at most) in a launcher's process group, once it has logged a training step."""
+    """The run (`max_steps` at most) in a launcher's process group, once it has logged a training step."""
     return start_run_in_a_group(
-        [*command, "trainer.max_steps=40"], env, REPO, save / "experiment_log.jsonl", "actor/pg_loss"
+        [*command, f"trainer.max_steps={max_steps}"], env, REPO, save / "experiment_log.jsonl", "actor/pg_loss"
     )
 
 
@@ -137,24 +137,74 @@ def test_sigterm_to_the_group_a_driver_leads_saves_and_exits_at_once(tmp_path):
         assert not any(name.startswith("global_step_") for name in os.listdir(save)), os.listdir(save)
 
 
-def test_a_step_that_hangs_once_the_signal_ended_rays_control_store_exits_with_the_signals_status():
-    """The timer `stop_the_fit_loop` arms where a signal's stop is under way in a driver that leads its group."""
+HANGS_IN_THE_STEP = (
+    "with stop.installed():\n"
+    "    stop._handle(signal.SIGTERM, None)\n"
+    "    assert preemption.stop_the_fit_loop('the store ended')\n"
+    "    time.sleep(30)\n"  # the step that never finishes
+)
+HANGS_IN_THE_TEARDOWN = (
+    "try:\n"
+    "    with stop.installed():\n"
+    "        stop._handle(signal.SIGTERM, None)\n"
+    "        raise RuntimeError('a worker died with the raylet')\n"
+    "except RuntimeError:\n"
+    "    assert preemption.daemons_ended_with_the_signal()\n"  # the raylet ended: the watch arms the timer
+    "    time.sleep(30)\n"  # Ray's teardown (or its excepthook), which never finishes
+)
+
+
+@pytest.mark.parametrize("hang", [HANGS_IN_THE_STEP, HANGS_IN_THE_TEARDOWN], ids=["step", "teardown"])
+def test_a_step_that_hangs_once_the_signal_ended_rays_control_store_exits_with_the_signals_status(hang):
+    """The timer `daemons_ended_with_the_signal` arms where a signal reached the group a driver leads: in the step in
+    flight, or after it failed with the daemons (its error unwinding into Ray's teardown, which waited on the lost
+    control store until Ray ended the process, exit 1 two minutes later, without a word of the signal: a CI run)."""
     script = (
         "import os, signal, time\n"
         "from verl.trainer import preemption\n"
         "os.setpgid(0, 0)\n"  # lead a group of its own, as a driver started from a shell
         "preemption.TEARDOWN_S = 0.5\n"
-        "stop = preemption.StopRequest(grace_s=60)\n"
-        "with stop.installed():\n"
-        "    stop._handle(signal.SIGTERM, None)\n"
-        "    assert preemption.stop_the_fit_loop('the store ended')\n"
-        "    time.sleep(30)\n"  # the step that never finishes
+        "preemption.ray_started()\n"
+        "stop = preemption.StopRequest(grace_s=60)\n" + hang
     )
     start = time.monotonic()
     run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 128 + signal.SIGTERM, run.stderr
     assert time.monotonic() - start < 20
     assert "\nStopped by SIGTERM during a step that could not finish" in run.stderr, run.stderr
+
+
+def test_a_group_signal_arms_the_exit_while_the_control_store_lingers_and_the_raylet_is_slow_to_end():
+    """A SIGTERM to the group a driver leads reaches a local Ray's daemons: the control store closes its port at once
+    but its process lingers, and under load the raylet took minutes to exit. The watch waited for either process to
+    end, so a step in flight that needed them hung until Ray ended the driver, exit 1, two minutes later (a CI run)."""
+    script = (
+        "import contextlib, os, signal, time, psutil, ray\n"
+        "from tests.processes import descendant_named\n"
+        "from verl.trainer import preemption, ray_setup\n"
+        "os.setpgid(0, 0)\n"  # lead a group of its own, as a driver started from a shell
+        "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
+        "stop = preemption.StopRequest(grace_s=60)\n"
+        "with stop.installed():\n"  # after ray.init, as the trainer's (it replaces Ray's own SIGTERM handler)
+        "    ray_setup.watch_control_store(poll_s=0.2)\n"
+        "    daemons = {name: descendant_named(os.getpid(), name) for name in ('gcs_server', 'raylet')}\n"
+        "    daemons['raylet'].suspend()\n"  # a raylet slow to exit: it cannot end until resumed
+        "    os.killpg(0, signal.SIGTERM)\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while not stop.exit_at_once and time.monotonic() < deadline:\n"
+        "        time.sleep(0.1)\n"
+        "    store = daemons['gcs_server'].status()\n"
+        "    for process in psutil.Process().children(recursive=True):\n"
+        "        with contextlib.suppress(psutil.NoSuchProcess):\n"
+        "            process.kill()\n"
+        "    print('armed' if stop.exit_at_once else 'unarmed', store, flush=True)\n"
+        "    os._exit(0)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    armed, store = run.stdout.split()[-2:]
+    assert armed == "armed", run.stdout + run.stderr[-3000:]
+    assert store != "zombie"  # the store's process still there: its closed port told its end
 
 
 @pytest.mark.slow
@@ -164,14 +214,15 @@ def test_a_killed_raylet_ends_the_run_with_one_error_naming_the_checkpoint(tmp_p
     import psutil
 
     command, env, save = _trainer_command(tmp_path)
-    launcher, proc = _start_and_wait_for_a_step([*command, "trainer.save_freq=1"], env, save)
+    # steps enough to outlast Ray's noticing the raylet's end (an idle machine ran 40 steps before it did)
+    launcher, proc = _start_and_wait_for_a_step([*command, "trainer.save_freq=1"], env, save, max_steps=2000)
     launcher.kill()
     deadline = time.monotonic() + 60
     while CheckpointTracker.load(str(save)) is None:  # the first save is done
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     run = psutil.Process(proc.pid).children(recursive=True)
-    next(p for p in run if p.name() == "raylet").kill()
+    descendant_named(proc.pid, "raylet").kill()
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
@@ -195,7 +246,7 @@ def test_a_lost_control_store_stops_the_run_after_its_step_with_a_checkpoint(tmp
     launcher, proc = _start_and_wait_for_a_step(command, env, save)
     launcher.kill()
     run = psutil.Process(proc.pid).children(recursive=True)
-    next(p for p in run if p.name() == "gcs_server").kill()
+    descendant_named(proc.pid, "gcs_server").kill()
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]

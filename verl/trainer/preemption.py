@@ -60,7 +60,7 @@ class TrainingInterrupted(BaseException):
             saved = f"checkpoint saved to {checkpoint}" if checkpoint else f"no checkpoint saved ({unsaved})"
             message = f"Stopped {name} after step {step}; {saved}."
         super().__init__(f"{message} Run the same command again to resume.")
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        self.signum, self.step, self.checkpoint, self.cause = signum, step, checkpoint, cause
         self.stopped = message
         """The message without its advice, for a run whose command does not resume (`resume_hint` says what does)."""
 
@@ -75,6 +75,13 @@ class TrainingInterrupted(BaseException):
             print(f"{self.stopped}\n{resume_hint(save_root, find_last, explicit)}", file=sys.stderr)
         return 128 + self.signum
 
+
+_signalled: list[int] = []
+"""The first signal a fit loop received since the local Ray started (`ray_started`): kept after the loop ends, for an error the signal
+caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as a step would."""
+
+_rays = [0]
+"""How many local Rays this process started (`ray_started`): a timer armed for one does nothing in the next."""
 
 _fit_loops: list["StopRequest"] = []
 """The StopRequest of the fit loop running now, for a stop that does not come as a signal (`stop_the_fit_loop`)."""
@@ -108,6 +115,7 @@ class StopRequest:
             signal.raise_signal(signum)
             return
         self.signum, self.received_at = signum, time.monotonic()
+        _signalled[:] = _signalled or [signum]
         saving = (
             f"saving a checkpoint (if within {self.grace_s:.0f} s)"
             if self.grace_s > 0
@@ -189,20 +197,37 @@ def stop_the_fit_loop(cause: str) -> bool:
     return True
 
 
+def ray_started() -> None:
+    """A local Ray started (a run's, a sweep's next, a test's in one process): the signals and stops before it are
+    not its daemons'."""
+    _signalled.clear()
+    _stopped.clear()
+    _rays[0] += 1
+
+
+def signal_reached_the_group() -> int | None:
+    """The signal a fit loop of the run received (not a `stop_the_fit_loop`), where this process leads its process
+    group (a shell's job, `setsid`), which a local Ray's daemons share: the signal may have reached them too."""
+    return _signalled[0] if _signalled and os.getpgrp() == os.getpid() else None
+
+
 def daemons_ended_with_the_signal() -> bool:
-    """Ray's daemons (control store, raylet) ended: where a signal's stop is under way in a driver that leads its
-    process group, the signal reached them too (they share the group), and a step in flight that needs them never
-    finishes (Ray itself ends the process minutes later, exit status 1, with no word of the run). Exit with the
-    signal's status, saying nothing was saved, if the loop has not stopped TEARDOWN_S from now. True once armed."""
-    request = _fit_loops[-1] if _fit_loops else None
-    if request is None or not request.requested or request.cause is not None or os.getpgrp() != os.getpid():
+    """Ray's daemons (control store, raylet) ended: where a signal reached the process group the driver leads
+    (`signal_reached_the_group`), it reached them too, and a step in flight that needs them never finishes, nor does
+    the teardown of a run that its failure ends (Ray itself ends the process minutes later, exit status 1, with no word
+    of the run). Exit with the signal's status, saying nothing was saved, if the fit loop has not stopped TEARDOWN_S
+    from now (a loop that stops exits at once). True once armed."""
+    signum = signal_reached_the_group()
+    if signum is None:
         return False
-    request.exit_at_once = True
+    if _fit_loops:
+        _fit_loops[-1].exit_at_once = True
+    ray_session = _rays[0]
 
     def exit_now() -> None:
-        if request.stopped:  # the loop stopped (and exits at once): nothing to add
+        if _rays[0] != ray_session or _stopped:  # the loop stopped: it exited, or its teardown's timer ends it
             return
-        name = signal.Signals(request.signum).name
+        name = signal.Signals(signum).name
         print(
             f"Stopped by {name} during a step that could not finish: Ray's daemons ended with the signal (this "
             "driver leads its process group, which they share; start it from a launcher, or send the signal to the "
@@ -211,7 +236,7 @@ def daemons_ended_with_the_signal() -> bool:
             file=sys.stderr,
             flush=True,
         )
-        os._exit(128 + request.signum)
+        os._exit(128 + signum)
 
     timer = threading.Timer(TEARDOWN_S, exit_now)
     timer.daemon = True

@@ -19,7 +19,13 @@ import ray
 
 from verl.trainer import warm_workers
 from verl.trainer.config import PPOConfig
-from verl.trainer.preemption import daemons_ended_with_the_signal, exit_if_stopped, stop_the_fit_loop
+from verl.trainer.preemption import (
+    daemons_ended_with_the_signal,
+    exit_if_stopped,
+    ray_started,
+    signal_reached_the_group,
+    stop_the_fit_loop,
+)
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
 from verl.utils.cli import cluster_address
@@ -251,7 +257,9 @@ def watch_control_store(poll_s: float = 1.0) -> None:
     memory) the workers go on, but Ray ends every process of the run GCS_LOSS_ENV seconds later, saving nothing: the
     fit loop that runs then is asked to stop after its step and save, as on SIGTERM. Its raylet too: where it ends
     with a signal to the process group the driver leads, the step in flight may never finish
-    (`preemption.daemons_ended_with_the_signal`)."""
+    (`preemption.daemons_ended_with_the_signal`). A control store that gets SIGTERM closes its port at once but its
+    process lingers (for minutes, measured), and the raylet's exit can take as long under load: once a signal's stop
+    began, the store's closed port counts as its end."""
     daemons = {}
     for process in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
@@ -259,12 +267,13 @@ def watch_control_store(poll_s: float = 1.0) -> None:
     gcs, raylet = daemons.get("gcs_server"), daemons.get("raylet")
     if gcs is None:
         return
+    ray_started()
     _watched_store["pid"] = gcs.pid  # a later Ray of this process (a sweep) replaces the one watched
 
     def watch() -> None:
         armed = raylet is None
         with contextlib.suppress(psutil.NoSuchProcess):
-            while gcs.status() != psutil.STATUS_ZOMBIE:
+            while gcs.status() != psutil.STATUS_ZOMBIE and not (signal_reached_the_group() and not _listening(gcs)):
                 if not armed and not _running(raylet):  # with a signal to the group the driver leads (Ray's own)
                     armed = daemons_ended_with_the_signal()
                 time.sleep(poll_s)
@@ -278,9 +287,18 @@ def watch_control_store(poll_s: float = 1.0) -> None:
             )
         else:
             exit_if_stopped(lost)  # the loop stopped already (a signal): Ray's teardown would hang
-            logger.error("%s outside the training loop: %s; the checkpoints on disk are as they were.", lost, ends)
+            if not daemons_ended_with_the_signal():  # (else: the step a signal's stop waited for failed with them)
+                logger.error("%s outside the training loop: %s; the checkpoints on disk are as they were.", lost, ends)
 
     threading.Thread(target=watch, name="control-store-watch", daemon=True).start()
+
+
+def _listening(process: psutil.Process) -> bool:
+    """Whether `process` listens on a TCP port (a few ms: its sockets are read from /proc); True where unknown."""
+    try:
+        return any(connection.status == psutil.CONN_LISTEN for connection in process.net_connections("tcp"))
+    except psutil.AccessDenied:
+        return True
 
 
 def _running(process: psutil.Process) -> bool:
