@@ -526,7 +526,9 @@ def test_pool_workers_leave_the_drivers_group_and_a_pool_whose_worker_died_idle_
         assert pids and all(os.getpgid(pid) != os.getpgrp() for pid in pids)
         os.kill(pids[0], signal.SIGKILL)
         assert wait_gone(pids[:1], 5) == []
-        time.sleep(0.5)  # the executor's manager thread marks the pool broken
+        deadline = time.monotonic() + 10
+        while not pool._executor._broken and time.monotonic() < deadline:  # the manager thread's mark
+            time.sleep(0.05)
         assert pool.score([{}] * 4) == [{"overall": 1.0}] * 4
     finally:
         pool.close()

@@ -315,6 +315,35 @@ def test_a_process_s_wait_for_a_cpu_is_read_from_the_kernel() -> None:
     assert bootstrap.CpuWait(lambda: [spinning[0].pid])(1.0) == 0.0  # gone
 
 
+def test_waits_of_a_process_that_ended_still_count() -> None:
+    """A case's process waits for the CPU, then exits, then its harness waits: the waits add up. Only live threads
+    counted, so the first wait vanished with its process and the trainer gave up on a harness that was only starved
+    (the harness test failed two runs in three beside a busy pytest worker)."""
+    core = min(os.sched_getaffinity(0))
+    pin = lambda: os.sched_setaffinity(0, {core})  # noqa: E731
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
+    tree = "import os, time\nchild = os.fork()\nif child == 0:\n    while True: pass\nos.waitpid(child, 0)\ntime.sleep(60)\n"
+    root = subprocess.Popen([sys.executable, "-c", tree], preexec_fn=pin)
+    try:
+        time.sleep(0.3)
+        waited, started = bootstrap.CpuWait(lambda: [root.pid]), time.monotonic()
+        waited(0.0)  # sees the spinning child
+        time.sleep(1.0)
+        while_alive = waited(time.monotonic() - started)
+        for child in psutil.Process(root.pid).children():
+            child.kill()
+        deadline = time.monotonic() + 10
+        while psutil.Process(root.pid).children() and time.monotonic() < deadline:  # reaped by the root
+            time.sleep(0.05)
+        after = waited(time.monotonic() - started)
+    finally:
+        for process in (busy, root):
+            process.kill()
+            process.wait()
+    assert while_alive > 0.2, while_alive
+    assert after >= while_alive - 0.01, (while_alive, after)
+
+
 def test_a_wait_under_way_counts_before_the_kernel_adds_it() -> None:
     """The kernel adds a thread's run-queue delay only when the thread next gets a CPU. A process of the idle class
     beside a busy one on the same core runs for a moment about every quarter second, so its delay as the kernel tells

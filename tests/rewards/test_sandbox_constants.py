@@ -52,10 +52,10 @@ def test_what_names_the_program_or_fails_is_not_constant(source: str) -> None:
     ["2 ** 10 ** 12", "[0] * 10 ** 9", "'x' * 2 ** 40", "1 << 10 ** 10", "math.factorial(10 ** 6)", "range(10 ** 12)"],
 )
 def test_a_constant_too_large_is_refused_before_it_is_computed(source: str) -> None:
-    started = time.monotonic()
+    started = time.process_time()  # the work done: a busy machine stretches the wall time
     with pytest.raises(constants.TooLarge):
         _value(source)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     with pytest.raises(ValueError, match="too large to evaluate in the trainer"):
         judge.parse_assert(f"assert f(1) == {source}")
 
@@ -157,7 +157,7 @@ def test_a_name_the_environment_binds_hides_a_builtin_and_unknown_is_no_constant
 def test_a_comprehension_or_method_too_large_is_refused_without_a_stall(source: str) -> None:
     """Sizes are checked before replace, join and padding run, and the work of loops is counted: each of these
     raises TooLarge in about a second at most instead of holding the trainer."""
-    started = time.monotonic()
+    started = time.process_time()  # the work done: a busy machine stretches the wall time
     with pytest.raises(constants.TooLarge):
         _value(source)
-    assert time.monotonic() - started < 2.5
+    assert time.process_time() - started < 2.5

@@ -653,14 +653,14 @@ def test_an_environment_that_returns_the_wrong_thing_is_named(rollout, wrong, pa
 
 
 def test_a_step_waiting_for_a_thread_does_not_count_towards_the_step_timeout(rollout):
-    """Four episodes' steps of 0.3 s on one thread within a 0.5 s timeout: the last waited 0.9 s for the thread, and
+    """Four episodes' steps of 0.5 s on one thread within a 1 s timeout: the last waited 1.5 s for the thread, and
     the rollout stopped blaming the environment."""
     engine, _ = rollout
     prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
     step_env, timeout = engine.env, engine.config.env_step_timeout_s
-    engine.config.env_step_timeout_s = 0.5
+    engine.config.env_step_timeout_s = 1.0
     try:
-        env = _with_env(engine, "SlowCountdown", concurrent_steps=1, delay_s=0.3)
+        env = _with_env(engine, "SlowCountdown", concurrent_steps=1, delay_s=0.5)
         assert list(engine.generate_sequences(prompts).non_tensor_batch["env_turns"]) == [3] * 4
         assert env.most_at_once == 1
     finally:

@@ -270,9 +270,10 @@ def child_pids(pid):
 
 class CpuWait:
     """The seconds of `elapsed` that a run lost waiting for a CPU, as a function of `elapsed` (call it as the run goes
-    on): the longest wait of one thread of the processes `roots()` and their descendants (the first 256), at most
-    `elapsed` less the CPU time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads
-    or processes gains nothing; 0.0 where /proc does not tell.
+    on): the longest wait of one thread of the processes `roots()` and their descendants (the first 256), plus the
+    waits of the threads that have ended (a case's process waits, exits, then its harness waits: waits one after the
+    other add up), at most `elapsed` less the CPU time they used (/proc/<pid>/stat), so a run that keeps its core busy
+    with its own threads or processes gains nothing; 0.0 where /proc does not tell.
 
     A thread's wait is its run-queue delay (/proc/<pid>/task/<tid>/schedstat), which the kernel adds only when the
     thread next gets a CPU; so a thread found runnable at two calls without having run in between (its CPU time and
@@ -282,6 +283,7 @@ class CpuWait:
 
     def __init__(self, roots, from_now=False):
         self.roots, self.runnable, self.used, self._threads = roots, False, 0.0, {}
+        self._waits, self._ended = {}, 0.0  # each live thread's wait at the last call; the ended threads' waits
         self._base, self._used0 = (None if from_now else {}), 0  # each thread's wait and the CPU ticks at creation
         if from_now:
             self(0.0)
@@ -313,7 +315,10 @@ class CpuWait:
         self._threads, self.runnable = threads, any(thread[2] for thread in threads.values())
         if self._base is None:
             self._base, self._used0 = waits, used
-        longest = max([waits[key] - self._base.get(key, 0.0) for key in waits], default=0.0)
+        waits = {key: wait - self._base.get(key, 0.0) for key, wait in waits.items()}
+        self._ended += sum(wait for key, wait in self._waits.items() if key not in waits)
+        self._waits = waits
+        longest = self._ended + max(waits.values(), default=0.0)
         self.used = (used - self._used0) / os.sysconf("SC_CLK_TCK")
         return max(0.0, min(longest, elapsed - self.used))
 
