@@ -589,6 +589,7 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2", dropout)))
     state = json.loads(open(os.path.join(interrupted, "global_step_2", "trainer_state.json")).read())
     assert len(state.pop("model_fingerprint")) == 32  # of the weights the run started from
+    assert state.pop("settings")["data.batch_size"] == 16  # every setting, compared on resume
     assert state == {
         "trainer": "sft",
         "global_step": 2,
@@ -601,6 +602,7 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
         run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4", dropout)))
     assert "The training data has" not in caplog.text  # the same data: no warning that its order changed
     assert "was saved with other settings" not in caplog.text
+    assert "with settings other than" not in caplog.text  # trainer.max_steps alone changed
 
     rows = read_steps(straight)
     assert sorted(rows) == [1, 2, 3, 4]

@@ -26,11 +26,13 @@ from verl.trainer.checkpointing import (
     resume_path,
     save_step,
     saved_parameters,
+    saved_settings,
     saved_steps,
     space_warning,
     step_dir,
     step_of,
     warn_if_data_changed,
+    warn_if_settings_changed,
 )
 from verl.trainer.preemption import TrainingInterrupted
 from verl.utils.checkpoint.integrity import damage, write_record
@@ -438,14 +440,19 @@ def _stub_trainer(root, ref_sync_steps: int, kl_coef: float = 0.1, rollout_batch
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from verl.algorithms.kl import get_kl_controller
+    from verl.trainer.config import PPOConfig
     from verl.trainer.ray_trainer import RayPPOTrainer
 
+    config = PPOConfig()
+    config.trainer.save_checkpoint_path, config.trainer.save_model_only, config.trainer.save_limit = (
+        str(root),
+        False,
+        0,
+    )
+    config.algorithm.ref_sync_steps = ref_sync_steps
+    config.data.seed, config.data.shuffle, config.data.rollout_batch_size = 1, False, rollout_batch_size
     state = SimpleNamespace(
-        config=SimpleNamespace(
-            trainer=SimpleNamespace(save_checkpoint_path=str(root), save_model_only=False, save_limit=0),
-            algorithm=SimpleNamespace(ref_sync_steps=ref_sync_steps),
-            data=SimpleNamespace(seed=1, shuffle=False, rollout_batch_size=rollout_batch_size),
-        ),
+        config=config,
         global_step=1,
         total_steps=3,
         ckpt_tracker=CheckpointTracker(),
@@ -482,7 +489,9 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         "rollout_batch_size": 4,
         "kl_ctrl": {"value": 0.1},
     }
-    assert json.loads(state_file.read_text()) == saved
+    state = json.loads(state_file.read_text())
+    assert state.pop("settings")["algorithm.ref_sync_steps"] == 2  # every setting, compared on resume
+    assert state == saved
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
 
 
@@ -493,11 +502,14 @@ def test_a_resume_keeps_a_moved_reference_and_the_configs_fixed_kl_and_says_a_ne
     _stub_trainer(tmp_path, ref_sync_steps=2)._save_checkpoint(None)  # step 1, with ref/
     resumed = _stub_trainer(tmp_path, ref_sync_steps=0, kl_coef=0.05, rollout_batch_size=2)
     resumed.resume_from = step_dir(str(tmp_path), 1)
-    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
+    with caplog.at_level(logging.WARNING):
         resumed._load_checkpoint()
     assert resumed.actor_rollout_ref_wg.loaded == [os.path.join(resumed.resume_from, "ref")]
     assert resumed.reference_moved and resumed.kl_ctrl.value == 0.05  # the config's, not the saved 0.1
     assert "data.rollout_batch_size=2, and" in caplog.text and "so it ends at step 3" in caplog.text
+    settings = [record.getMessage() for record in caplog.records if "with settings other than" in record.getMessage()]
+    assert len(settings) == 1 and "algorithm.ref_sync_steps=0 (2 there)" in settings[0], caplog.text
+    assert "rollout_batch_size" not in settings[0]  # said by its own warning
     resumed.global_step = 2
     resumed._save_checkpoint(None)
     assert os.path.isfile(tmp_path / "global_step_2" / "ref" / "__0_0.distcp")  # saved on: the next resume has it
@@ -577,6 +589,31 @@ def test_a_resume_with_another_number_of_training_rows_warns(caplog):
         assert caplog.text == ""
         warn_if_data_changed({"train_rows": 48, **order, "batch_size": 4}, 48, "/ckpt/global_step_3", order)
     assert "data.batch_size=8 (4 there): /ckpt/global_step_3 was saved with other settings" in caplog.text
+
+
+def test_a_resume_with_other_settings_names_them_once(caplog):
+    """A run resumed with other settings than the one that saved its checkpoint went on without a word (a changed
+    learning rate or KL estimator is then found in the curves, if at all); its bookkeeping (trainer.*) may change."""
+    from verl.trainer.config import PPOConfig
+
+    config = PPOConfig()
+    state = {"global_step": 3, "settings": saved_settings(config)}
+    assert state["settings"]["worker.actor.optim.lr"] == config.worker.actor.optim.lr
+    json.dumps(state)  # as trainer_state.json keeps it
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+        config.trainer.max_steps, config.trainer.save_freq = 9, 2
+        warn_if_settings_changed(state, config, "/ckpt/global_step_3")
+        warn_if_settings_changed({"global_step": 3}, config, "/ckpt/global_step_3")  # saved before they were kept
+        assert caplog.text == ""
+        config.worker.actor.optim.lr, config.algorithm.kl_penalty = 5e-7, "kl"
+        config.data.rollout_batch_size = 2 * config.data.rollout_batch_size
+        warn_if_settings_changed(state, config, "/ckpt/global_step_3", told=("data.rollout_batch_size",))
+    assert len(caplog.records) == 1, caplog.text
+    message = caplog.records[0].getMessage()
+    assert "/ckpt/global_step_3 with settings other than the run that saved it" in message
+    assert f"worker.actor.optim.lr=5e-07 ({json.dumps(PPOConfig().worker.actor.optim.lr)} there)" in message
+    assert f"algorithm.kl_penalty=kl ({PPOConfig().algorithm.kl_penalty} there)" in message
+    assert "rollout_batch_size" not in message and "trainer." not in message
 
 
 def test_a_renamed_checkpoint_folder_is_refused(tmp_path):

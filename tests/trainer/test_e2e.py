@@ -702,6 +702,7 @@ def test_resume_gives_the_same_next_step(workspace, caplog):
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         run_ppo(resumed)
     assert "The training data has" not in caplog.text
+    assert "with settings other than" not in caplog.text  # trainer.max_steps alone changed
     straight = {row["step"]: row for row in read_log(workspace["root"] / "straight") if "actor/pg_loss" in row}
     rows = read_log(workspace["root"] / "interrupted")
     interrupted = [row for row in rows if row["step"] == 3 and "actor/pg_loss" in row]

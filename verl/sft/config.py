@@ -189,12 +189,15 @@ def validate_sft_config(config: SFTConfig) -> None:
     trainer.check_files("trainer.")
 
 
+RUN_DERIVED_KEYS = {"worker.optim.training_steps": "trainer.max_steps or trainer.total_epochs"}
+"""Keys the run fills in (the lr schedule's length); setting them is an error."""
+
+
 def load_sft_config(argv: list[str]) -> SFTConfig:
     """Build the SFTConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
-    run_derived = {"worker.optim.training_steps": "trainer.max_steps or trainer.total_epochs"}  # the lr schedule's
-    sources = without_copies(command_line_sources(argv), SFTConfig(), {}, run_derived)
+    sources = without_copies(command_line_sources(argv), SFTConfig(), {}, RUN_DERIVED_KEYS)
     for source_name, values in sources:
-        set_keys(values, run_derived, source_name)
+        set_keys(values, RUN_DERIVED_KEYS, source_name)
     config = merge_config(SFTConfig, sources)
     data, model, trainer = config.data, config.worker.model, config.trainer
     for key in ("train_files", "val_files", "image_dir", "override_chat_template"):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl.sft.config import SFTConfig, load_sft_config
+from verl.sft.config import RUN_DERIVED_KEYS, SFTConfig, load_sft_config
 from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
@@ -40,9 +40,11 @@ from verl.trainer.checkpointing import (
     resume_hint,
     resume_path,
     save_step,
+    saved_settings,
     step_dir,
     step_of,
     warn_if_data_changed,
+    warn_if_settings_changed,
 )
 from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted, run_status
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
@@ -190,6 +192,7 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         data_state = {"train_rows": len(train), "batch_size": data.batch_size, "seed": data.seed}
         data_state["shuffle"] = data.shuffle
         data_state["model_fingerprint"] = weights_fingerprint(model.model_path)  # the weights the run started from
+        data_state["settings"] = saved_settings(config)  # compared on resume
         if resume is not None:
             logger.info("Resuming from %s", resume)
             group.load_checkpoint(os.path.join(resume, "actor"))
@@ -198,6 +201,8 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             step = state["global_step"]
             order = {key: data_state[key] for key in ("batch_size", "seed", "shuffle")}
             warn_if_data_changed(state, len(train), resume, order)
+            told = (*(f"data.{key}" for key in order), *RUN_DERIVED_KEYS)  # (the lr schedule's length: max_steps)
+            warn_if_settings_changed(state, config, resume, told)
         ckpt_tracker = CheckpointTracker.resumed(root, step)
         metrics: dict[str, float] = {}
         last_saved = first_step = step

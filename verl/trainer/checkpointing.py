@@ -414,6 +414,45 @@ def warn_if_data_changed(state: dict, rows: int, path: str, order: dict[str, Any
         )
 
 
+RESUME_FREE_KEYS = ("trainer.",)
+"""Settings a resumed run changes without a word: its bookkeeping (length, paths, loggers, save and validation
+schedules)."""
+
+
+def saved_settings(config: Any) -> dict[str, Any]:
+    """The run's settings as trainer_state.json keeps them (`settings`): dotted key -> value, as JSON reads back."""
+    from verl.utils.config import config_to_dict, flat_config
+
+    return json.loads(json.dumps(flat_config(config_to_dict(config)), default=str))
+
+
+def warn_if_settings_changed(state: dict, config: Any, path: str, told: tuple[str, ...] = ()) -> None:
+    """On resume: one warning naming the settings (not trainer.*, nor the keys `told`, which have warnings of their
+    own) whose value differs from the run that saved `path`, as kept in its trainer_state.json (`settings`; none in
+    checkpoints of before they were kept). Keys one version has and the other does not are left out."""
+    saved = state.get("settings")
+    if not isinstance(saved, dict):
+        return
+    now = saved_settings(config)
+    changed = [
+        f"{key}={_short(now[key])} ({_short(value)} there)"
+        for key, value in saved.items()
+        if key in now and now[key] != value and not key.startswith(RESUME_FREE_KEYS) and key not in told
+    ]
+    if changed:
+        logger.warning(
+            "Resuming from %s with settings other than the run that saved it: %s. The weights, optimizer state and "
+            "data position are the saved ones; the run goes on with the settings it has now.",
+            path,
+            "; ".join(changed),
+        )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def step_of(path: str) -> int:
     match = STEP_DIR.match(os.path.basename(os.path.normpath(path)))
     if match is None:

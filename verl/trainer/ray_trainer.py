@@ -36,11 +36,13 @@ from verl.trainer.checkpointing import (
     CheckpointTracker,
     atomic_write,
     save_step,
+    saved_settings,
     step_dir,
     step_of,
     warn_if_data_changed,
+    warn_if_settings_changed,
 )
-from verl.trainer.config import PPOConfig, worker_pools
+from verl.trainer.config import DERIVED_KEYS, RUN_DERIVED_KEYS, PPOConfig, worker_pools
 from verl.trainer.data_loader import resume_loader
 from verl.trainer.metrics import (
     append_metrics,
@@ -591,6 +593,7 @@ class RayPPOTrainer:
                 "shuffle": self.config.data.shuffle,
                 "rollout_batch_size": self.config.data.rollout_batch_size,
                 "kl_ctrl": self.kl_ctrl.state_dict(),
+                "settings": saved_settings(self.config),
             }
             if self.entropy_ctrl is not None:
                 state["entropy_ctrl"] = self.entropy_ctrl.state_dict()
@@ -621,6 +624,9 @@ class RayPPOTrainer:
         resume_loader(self.train_dataloader, os.path.join(path, "dataloader.pt"), state, self.config.data, path)
         if state:
             warn_if_data_changed(state, len(self.train_dataloader.dataset), path)
+            # copies of other keys, the lr schedule's length (trainer.max_steps'), and a key with its own warning
+            told = (*DERIVED_KEYS, *RUN_DERIVED_KEYS, "data.rollout_batch_size")
+            warn_if_settings_changed(state, self.config, path, told)
             size = self.config.data.rollout_batch_size
             if state.get("rollout_batch_size", size) != size:  # the data position is kept; the step count is not
                 logger.warning(

@@ -528,6 +528,17 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return masked(dataclasses.asdict(config))
 
 
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict (`config_to_dict`) as dotted key -> value."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def to_yaml(config: Any) -> str:
     """The resolved config as YAML, in field order, secrets masked."""
     return yaml.safe_dump(config_to_dict(config), sort_keys=False, default_flow_style=False)

@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
-from verl.utils.logger.backends import PROXY_VARIABLES, unreachable
+from verl.utils.network import PROXY_VARIABLES, unreachable
 
 
 HUB_ENV = "USE_MODELSCOPE_HUB"

@@ -11,12 +11,12 @@ import netrc
 import os
 import posixpath
 import re
-import socket
-import threading
 from typing import Any
 from urllib.parse import urlparse
 
+from verl.utils.config import flat_config
 from verl.utils.files import atomic_write, set_aside, set_aside_folder
+from verl.utils.network import PROXY_VARIABLES, unreachable
 from verl.utils.writable_dirs import unwritable_reason
 
 
@@ -264,36 +264,6 @@ def swanlab_mode() -> str:
         return without_key
 
 
-REACH_TIMEOUT_S = 5.0
-"""How long `unreachable` waits for a logging service (name lookup and TCP connection)."""
-
-
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-"""Where one is set, `unreachable`'s direct connection says nothing of what the client libraries reach."""
-
-
-def unreachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
-    """None when a TCP connection to `url`'s host opens within `timeout_s`; else why not. The lookup runs in a daemon
-    thread: without a name server getaddrinfo can block far longer than any socket timeout."""
-    parsed = urlparse(url)
-    host, port = parsed.hostname or url, parsed.port or (80 if parsed.scheme == "http" else 443)
-    outcome: list[str | None] = []
-
-    def connect() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-            outcome.append(None)
-        except OSError as error:
-            outcome.append(str(error.strerror or error))
-
-    thread = threading.Thread(target=connect, name=f"reach-{host}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        return f"{host}:{port} did not answer within {timeout_s:.0f} s"
-    return None if outcome[0] is None else f"{host}:{port} cannot be reached ({outcome[0]})"
-
-
 LOGGER_PACKAGES = {
     "tensorboard": ("tensorboard", ""),
     "wandb": ("wandb", ""),
@@ -444,7 +414,7 @@ class MlflowBackend(Backend):
         self.run = mlflow.start_run(run_name=experiment)
         logger.info("mlflow: run %s in %s", self.run.info.run_id, mlflow.get_tracking_uri())
         had = mlflow.get_run(self.run.info.run_id).data.params  # a continued run's (MLFLOW_RUN_ID): not changed
-        params = {key: str(value)[:6000] for key, value in _flatten(config).items()}
+        params = {key: str(value)[:6000] for key, value in flat_config(config).items()}
         changed = sorted(key for key in params if key in had and had[key] != params[key])
         if changed:
             logger.warning(
@@ -475,13 +445,3 @@ class MlflowBackend(Backend):
     def finish(self, status: str = "finished") -> None:
         self.mlflow.flush_async_logging()
         self.mlflow.end_run(status=status.upper())  # FINISHED, FAILED or KILLED, MLflow's run states
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
