@@ -60,7 +60,7 @@ class TrainingInterrupted(BaseException):
             saved = f"checkpoint saved to {checkpoint}" if checkpoint else f"no checkpoint saved ({unsaved})"
             message = f"Stopped {name} after step {step}; {saved}."
         super().__init__(f"{message} Run the same command again to resume.")
-        self.signum, self.step, self.checkpoint, self.cause = signum, step, checkpoint, cause
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.stopped = message
         """The message without its advice, for a run whose command does not resume (`resume_hint` says what does)."""
 
@@ -77,8 +77,11 @@ class TrainingInterrupted(BaseException):
 
 
 _signalled: list[int] = []
-"""The first signal a fit loop received since the local Ray started (`ray_started`): kept after the loop ends, for an error the signal
+"""The first signal the run received since the local Ray started (`ray_started`): kept after the fit loop ends, for an error the signal
 caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as a step would."""
+
+_in_a_step: list[bool] = []
+"""Whether that signal came during the fit loop's steps (`StopRequest`), not while starting or finishing."""
 
 _rays = [0]
 """How many local Rays this process started (`ray_started`): a timer armed for one does nothing in the next."""
@@ -116,6 +119,7 @@ class StopRequest:
             return
         self.signum, self.received_at = signum, time.monotonic()
         _signalled[:] = _signalled or [signum]
+        _in_a_step[:] = [True]
         saving = (
             f"saving a checkpoint (if within {self.grace_s:.0f} s)"
             if self.grace_s > 0
@@ -185,15 +189,14 @@ def stop_the_fit_loop(cause: str) -> bool:
     """Ask the fit loop that runs now to stop after its step and save, as on a first SIGTERM, because of `cause`
     (an event that is not a signal: Ray's control store lost), then to exit the process at once (Ray's teardown would
     hang); False where none runs. A loop already stopping on a signal keeps that signal and stops as it would, but
-    then exits at once too (a SIGTERM to the driver's whole process group ends Ray's daemons with it)."""
+    then exits at once too (a SIGTERM to the driver's whole process group ends Ray's daemons with it; where the step
+    cannot finish, the raylet's end arms `daemons_ended_with_the_signal`)."""
     if not _fit_loops:
         return False
     request = _fit_loops[-1]
     request.exit_at_once = True
     if not request.requested:
         request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
-    else:
-        daemons_ended_with_the_signal()
     return True
 
 
@@ -201,12 +204,13 @@ def ray_started() -> None:
     """A local Ray started (a run's, a sweep's next, a test's in one process): the signals and stops before it are
     not its daemons'."""
     _signalled.clear()
+    _in_a_step.clear()
     _stopped.clear()
     _rays[0] += 1
 
 
 def signal_reached_the_group() -> int | None:
-    """The signal a fit loop of the run received (not a `stop_the_fit_loop`), where this process leads its process
+    """The signal the run received (not a `stop_the_fit_loop`), where this process leads its process
     group (a shell's job, `setsid`), which a local Ray's daemons share: the signal may have reached them too."""
     return _signalled[0] if _signalled and os.getpgrp() == os.getpid() else None
 
@@ -222,17 +226,17 @@ def daemons_ended_with_the_signal() -> bool:
         return False
     if _fit_loops:
         _fit_loops[-1].exit_at_once = True
-    ray_session = _rays[0]
+    ray_session, where = _rays[0], "during a step" if _in_a_step else "outside the training loop, in work"
 
     def exit_now() -> None:
         if _rays[0] != ray_session or _stopped:  # the loop stopped: it exited, or its teardown's timer ends it
             return
         name = signal.Signals(signum).name
         print(
-            f"Stopped by {name} during a step that could not finish: Ray's daemons ended with the signal (this "
-            "driver leads its process group, which they share; start it from a launcher, or send the signal to the "
-            "driver alone, and it saves the step). The checkpoints on disk are as they were. Run the same command "
-            "again to resume.",
+            f"Stopped by {name} {where} that could not finish: Ray's daemons ended with the signal (this driver "
+            "leads its process group, which they share; start it from a launcher, or send the signal to the driver "
+            "alone, and it saves the step). The checkpoints on disk are as they were. Run the same command again to "
+            "resume.",
             file=sys.stderr,
             flush=True,
         )
@@ -269,6 +273,7 @@ class RunSignals:
             print(f"Received {name} while stopping: exiting at once.", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.is_stopping = True
+        _signalled[:] = _signalled or [signum]  # (outside the fit loop: starting, validating first, finishing)
         raise TrainingInterrupted(signum, None, None)
 
     @contextmanager

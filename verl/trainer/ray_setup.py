@@ -270,21 +270,33 @@ def watch_control_store(poll_s: float = 1.0) -> None:
     ray_started()
     _watched_store["pid"] = gcs.pid  # a later Ray of this process (a sweep) replaces the one watched
 
+    def ours() -> bool:  # this Ray, still connected (ray.shutdown disconnects before it ends the daemons)
+        return _watched_store["pid"] == gcs.pid and ray.is_initialized()
+
     def watch() -> None:
         armed = raylet is None
         with contextlib.suppress(psutil.NoSuchProcess):
             while gcs.status() != psutil.STATUS_ZOMBIE and not (signal_reached_the_group() and not _listening(gcs)):
-                if not armed and not _running(raylet):  # with a signal to the group the driver leads (Ray's own)
+                if not armed and not _running(raylet) and ours():  # with a signal to the driver's group (Ray's own)
                     armed = daemons_ended_with_the_signal()
                 time.sleep(poll_s)
-        if _watched_store["pid"] != gcs.pid or not ray.is_initialized():  # (ray.shutdown disconnects first)
+        if not ours():
             return
         lost = f"Ray's control store (gcs_server, pid {gcs.pid}) ended"
         ends = f"Ray ends this run {os.environ.get(GCS_LOSS_ENV, RAY_GCS_LOSS_S)} s after losing it"
+        signalled = signal_reached_the_group() is not None
         if stop_the_fit_loop("Ray's control store (gcs_server) ended"):
-            logger.error(
-                "%s: the workers go on, but %s. Finishing the current step and saving a checkpoint.", lost, ends
-            )
+            if signalled:
+                logger.warning(
+                    "%s with the signal to the process group this driver leads: finishing the current step, then "
+                    "exiting at once (%s).",
+                    lost,
+                    ends,
+                )
+            else:
+                logger.error(
+                    "%s: the workers go on, but %s. Finishing the current step and saving a checkpoint.", lost, ends
+                )
         else:
             exit_if_stopped(lost)  # the loop stopped already (a signal): Ray's teardown would hang
             if not daemons_ended_with_the_signal():  # (else: the step a signal's stop waited for failed with them)
@@ -295,8 +307,9 @@ def watch_control_store(poll_s: float = 1.0) -> None:
 
 def _listening(process: psutil.Process) -> bool:
     """Whether `process` listens on a TCP port (a few ms: its sockets are read from /proc); True where unknown."""
+    sockets = getattr(process, "net_connections", None) or process.connections  # (psutil < 6 names it so)
     try:
-        return any(connection.status == psutil.CONN_LISTEN for connection in process.net_connections("tcp"))
+        return any(connection.status == psutil.CONN_LISTEN for connection in sockets("tcp"))
     except psutil.AccessDenied:
         return True
 
