@@ -315,8 +315,14 @@ class CpuWait:
         self._threads, self.runnable = threads, any(thread[2] for thread in threads.values())
         if self._base is None:
             self._base, self._used0 = waits, used
-        waits = {key: wait - self._base.get(key, 0.0) for key, wait in waits.items()}
-        self._ended += sum(wait for key, wait in self._waits.items() if key not in waits)
+        waits = {key: max(wait - self._base.get(key, 0.0), 0.0) for key, wait in waits.items()}
+        for key, wait in self._waits.items():
+            if key in waits:
+                continue
+            if os.path.exists("/proc/%d/task/%s" % key):  # not read this time (a process past the first 256, a read
+                waits[key] = wait  # that failed as a thread ended): its last wait, not counted as ended twice
+            else:
+                self._ended += wait
         self._waits = waits
         longest = self._ended + max(waits.values(), default=0.0)
         self.used = (used - self._used0) / os.sysconf("SC_CLK_TCK")
