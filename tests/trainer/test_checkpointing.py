@@ -607,13 +607,17 @@ def test_a_resume_with_other_settings_names_them_once(caplog):
         assert caplog.text == ""
         config.worker.actor.optim.lr, config.algorithm.kl_penalty = 5e-7, "kl"
         config.data.rollout_batch_size = 2 * config.data.rollout_batch_size
+        config.worker.reward.reward_function_kwargs = {"strict": True}  # a free-form mapping, empty there
+        config.trainer.critic_warmup = 2  # trainer.*, but it changes what is trained
         warn_if_settings_changed(state, config, "/ckpt/global_step_3", told=("data.rollout_batch_size",))
     assert len(caplog.records) == 1, caplog.text
     message = caplog.records[0].getMessage()
     assert "/ckpt/global_step_3 with settings other than the run that saved it" in message
     assert f"worker.actor.optim.lr=5e-07 ({json.dumps(PPOConfig().worker.actor.optim.lr)} there)" in message
     assert f"algorithm.kl_penalty=kl ({PPOConfig().algorithm.kl_penalty} there)" in message
-    assert "rollout_batch_size" not in message and "trainer." not in message
+    assert 'worker.reward.reward_function_kwargs={"strict": true} ({} there)' in message
+    assert "trainer.critic_warmup=2 (0 there)" in message
+    assert "rollout_batch_size" not in message and "max_steps" not in message and "save_freq" not in message
 
 
 def test_a_renamed_checkpoint_folder_is_refused(tmp_path):

@@ -416,20 +416,36 @@ def warn_if_data_changed(state: dict, rows: int, path: str, order: dict[str, Any
 
 RESUME_FREE_KEYS = ("trainer.",)
 """Settings a resumed run changes without a word: its bookkeeping (length, paths, loggers, save and validation
-schedules)."""
+schedules), but for the trainer's keys that change what it trains (`RESUME_TOLD_TRAINER_KEYS`)."""
+
+RESUME_TOLD_TRAINER_KEYS = ("trainer.critic_warmup", "trainer.device", "trainer.nnodes", "trainer.n_gpus_per_node")
 
 
 def saved_settings(config: Any) -> dict[str, Any]:
-    """The run's settings as trainer_state.json keeps them (`settings`): dotted key -> value, as JSON reads back."""
-    from verl.utils.config import config_to_dict, flat_config
+    """The run's settings as trainer_state.json keeps them (`settings`): dotted key of each field -> value, as JSON
+    reads it back (a free-form mapping, such as a function's keyword arguments, is one value), secrets masked."""
+    from dataclasses import is_dataclass
 
-    return json.loads(json.dumps(flat_config(config_to_dict(config)), default=str))
+    from verl.utils.config import config_to_dict
+
+    def leaves(node: Any, values: dict[str, Any], prefix: str) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for item in fields(node):
+            value = getattr(node, item.name)
+            if is_dataclass(value):
+                found.update(leaves(value, values[item.name], f"{prefix}{item.name}."))
+            else:
+                found[f"{prefix}{item.name}"] = values[item.name]
+        return found
+
+    return json.loads(json.dumps(leaves(config, config_to_dict(config), ""), default=str))
 
 
 def warn_if_settings_changed(state: dict, config: Any, path: str, told: tuple[str, ...] = ()) -> None:
-    """On resume: one warning naming the settings (not trainer.*, nor the keys `told`, which have warnings of their
-    own) whose value differs from the run that saved `path`, as kept in its trainer_state.json (`settings`; none in
-    checkpoints of before they were kept). Keys one version has and the other does not are left out."""
+    """On resume: one warning naming the settings (not the bookkeeping `RESUME_FREE_KEYS`, nor the keys `told`, which
+    have warnings of their own or follow another key) whose value differs from the run that saved `path`, as kept in
+    its trainer_state.json (`settings`; none in checkpoints of before they were kept). Keys one version has and the
+    other does not are left out."""
     saved = state.get("settings")
     if not isinstance(saved, dict):
         return
@@ -437,7 +453,10 @@ def warn_if_settings_changed(state: dict, config: Any, path: str, told: tuple[st
     changed = [
         f"{key}={_short(now[key])} ({_short(value)} there)"
         for key, value in saved.items()
-        if key in now and now[key] != value and not key.startswith(RESUME_FREE_KEYS) and key not in told
+        if key in now
+        and now[key] != value
+        and key not in told
+        and (not key.startswith(RESUME_FREE_KEYS) or key in RESUME_TOLD_TRAINER_KEYS)
     ]
     if changed:
         logger.warning(
@@ -449,8 +468,9 @@ def warn_if_settings_changed(state: dict, config: Any, path: str, told: tuple[st
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A value in a line: its middle left out past 80 characters (two paths differ at their end)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 80 else f"{text[:38]}...{text[-39:]}"
 
 
 def step_of(path: str) -> int:

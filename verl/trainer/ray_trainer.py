@@ -624,8 +624,8 @@ class RayPPOTrainer:
         resume_loader(self.train_dataloader, os.path.join(path, "dataloader.pt"), state, self.config.data, path)
         if state:
             warn_if_data_changed(state, len(self.train_dataloader.dataset), path)
-            # copies of other keys, the lr schedule's length (trainer.max_steps'), and a key with its own warning
-            told = (*DERIVED_KEYS, *RUN_DERIVED_KEYS, "data.rollout_batch_size")
+            # copies of other keys, the lr schedule's length (trainer.max_steps'), and keys with their own warning
+            told = (*DERIVED_KEYS, *RUN_DERIVED_KEYS, "data.rollout_batch_size", "data.seed", "data.shuffle")
             warn_if_settings_changed(state, self.config, path, told)
             size = self.config.data.rollout_batch_size
             if state.get("rollout_batch_size", size) != size:  # the data position is kept; the step count is not

@@ -499,7 +499,8 @@ def require_dataset_files(section: Any, prefix: str) -> None:
 
 
 SECRET_KEY = re.compile(
-    r"(?:^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|passwd|credentials?|auth|bearer"
+    r"(?:^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|passwd|credentials?|auth"
+    r"|authorization|bearer"
     r"|(?:openai|anthropic|hf|wandb|swanlab|gemini|google|azure|cohere|mistral|groq|together|deepseek|dashscope)[_\-]?key)"
     r"(?:$|[_\-.])",
     re.IGNORECASE,
@@ -511,8 +512,15 @@ and answer_key are not secrets."""
 MASK = "***"
 
 
+URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+"""The user:password@ of a URL, masked wherever a config value holds one."""
+
+
 def masked(value: Any) -> Any:
-    """A copy of a (nested) dict/list structure with the values under secret-looking keys replaced by '***'."""
+    """A copy of a (nested) dict/list structure with the values under secret-looking keys replaced by '***', and the
+    credentials in URLs (`https://user:password@host`)."""
+    if isinstance(value, str):
+        return URL_CREDENTIALS.sub(MASK + "@", value)
     if isinstance(value, dict):
         return {
             key: MASK if isinstance(key, str) and SECRET_KEY.search(key) and item not in (None, "") else masked(item)
