@@ -861,12 +861,14 @@ def test_secret_names_are_words_of_the_key():
     from verl.utils.config import MASK, masked
 
     secrets = ["api_key", "OPENAI_API_KEY", "hf_token", "auth_token", "token", "client_secret", "password", "auth"]
-    secrets += ["openai_key", "judge.anthropic-key", "bearer", "bearer_token"]
+    secrets += ["openai_key", "judge.anthropic-key", "bearer", "bearer_token", "Authorization"]
     settings = ["max_tokens", "max_num_batched_tokens", "skip_special_tokens", "tokenizer_path", "author", "tokens"]
     settings += ["answer_key", "prompt_key", "filter_key", "route_key", "key"]
     dump = masked(dict.fromkeys(secrets + settings, "value"))
     assert [name for name in secrets if dump[name] != MASK] == []
     assert [name for name in settings if dump[name] == MASK] == []
+    urls = masked({"base_url": "https://user:pa55@judge.example/v1", "mirror": "https://hub.example/org/model"})
+    assert urls == {"base_url": f"https://{MASK}@judge.example/v1", "mirror": "https://hub.example/org/model"}
 
 
 def test_a_signature_error_does_not_print_the_kwargs_secrets(files):
