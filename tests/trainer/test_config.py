@@ -1476,6 +1476,16 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
         ),
         (["algorithm.rollout_correction.mode=tis"], r"mode=tis compares.*worker.rollout.calculate_log_probs=true"),
         (["algorithm.rollout_correction.mode=clip"], r"algorithm.rollout_correction.mode"),
+        (  # gpg has no ratio for bypass to correct through: stale samples trained as on-policy ones
+            [
+                "worker.rollout.mode=colocated",
+                "worker.rollout.max_staleness=1",
+                "algorithm.adv_estimator=gpg",
+                "worker.actor.loss_type=gpg",
+                "algorithm.rollout_correction.mode=bypass",
+            ],
+            r"mode=bypass corrects .*loss_type=gpg has no ratio",
+        ),
         (
             ["algorithm.rollout_correction.is_cap=0", "worker.rollout.calculate_log_probs=true"],
             r"algorithm.rollout_correction.is_cap must be positive",

@@ -988,6 +988,12 @@ def _check_async(config: PPOConfig) -> None:
             raise ConfigError(f"worker.reward.stream=true cannot stream this reward: {reason}. Remove the key.")
     if rollout.mode == "sync":
         return
+    if correction.mode == "bypass" and config.worker.actor.loss_type == "gpg" and rollout.max_staleness > 0:
+        raise ConfigError(
+            "algorithm.rollout_correction.mode=bypass corrects for the engine's older policy through the loss's "
+            "ratio to its log-probs, and worker.actor.loss_type=gpg has no ratio (-A log pi): the samples of older "
+            "policies would train as on-policy ones. Use mode=tis or decoupled, or another loss_type."
+        )
     schedule = config.data.response_length_schedule
     lengths = [schedule[step] for step in sorted(schedule)]
     if any(later < earlier for earlier, later in zip(lengths, lengths[1:])):
