@@ -68,6 +68,19 @@ def test_a_signal_outside_the_fit_loop_counts_for_rays_daemons_too(monkeypatch):
     assert preemption.signal_reached_the_group() is None
 
 
+def test_a_stop_that_exits_at_once_gives_the_resume_advice_of_the_run_s_settings(tmp_path, monkeypatch):
+    """The paths that exit at once (Ray's control store lost) printed "Run the same command again to resume" also
+    where that command starts from trainer.load_checkpoint_path again, or over (find_last_checkpoint=false)."""
+    monkeypatch.setattr(preemption.os, "getpgrp", lambda: -1)  # as if not leading a group: no teardown timer
+    stop = StopRequest(grace_s=60, resume=(False, None))
+    with stop.installed(), pytest.raises(TrainingInterrupted) as stopped:
+        stop._handle(signal.SIGTERM, None)
+        stop.stop(2, False, lambda: pytest.fail("saved"), str(tmp_path))
+    assert stopped.value.text.startswith("Stopped by SIGTERM after step 2")
+    assert "find_last_checkpoint=false running the same command again starts over" in stopped.value.text
+    assert "Run the same command again to resume" not in stopped.value.text
+
+
 def test_a_stop_that_is_not_a_signal_reaches_only_a_running_fit_loop():
     assert not stop_the_fit_loop("the sky fell")  # no fit loop runs
     stop = StopRequest(grace_s=60)

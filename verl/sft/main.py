@@ -209,7 +209,10 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         epoch_batches = functools.lru_cache(maxsize=1)(  # an epoch's order, drawn once (a permutation of every row)
             lambda epoch: batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)
         )
-        with StopRequest(trainer.signal_grace_s).installed() as stop:  # a signal: the step in flight finishes first
+        resume = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)
+        with StopRequest(
+            trainer.signal_grace_s, resume
+        ).installed() as stop:  # a signal: the step in flight finishes first
             while step < total_steps:
                 if stop.requested:
                     unsaved = step > first_step and last_saved != step

@@ -61,24 +61,31 @@ class TrainingInterrupted(BaseException):
             message = f"Stopped {name} after step {step}; {saved}."
         super().__init__(f"{message} Run the same command again to resume.")
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        self.text = str(self)
+        """What an exit at once prints (`StopRequest.stop` gives it the resume advice of the run's settings)."""
         self.stopped = message
         """The message without its advice, for a run whose command does not resume (`resume_hint` says what does)."""
 
     def report(self, save_root: str, find_last: bool, explicit: str | None) -> int:
-        """Print the message for the command line (with `resume_hint`'s advice where running the same command again
-        does not simply resume) and return the exit status, 128 + the signal's number."""
+        """Print the message for the command line (`advised`) and return the exit status, 128 + the signal's
+        number."""
+        print(self.advised(save_root, find_last, explicit), file=sys.stderr)
+        return 128 + self.signum
+
+    def advised(self, save_root: str, find_last: bool, explicit: str | None) -> str:
+        """The message, with `resume_hint`'s advice where running the same command again does not simply resume
+        (trainer.load_checkpoint_path set, or find_last_checkpoint off)."""
         from verl.trainer.checkpointing import resume_hint
 
         if (find_last, explicit) == (True, None):
-            print(str(self), file=sys.stderr)
-        else:
-            print(f"{self.stopped}\n{resume_hint(save_root, find_last, explicit)}", file=sys.stderr)
-        return 128 + self.signum
+            return str(self)
+        return f"{self.stopped}\n{resume_hint(save_root, find_last, explicit)}"
 
 
 _signalled: list[int] = []
-"""The first signal the run received since the local Ray started (`ray_started`): kept after the fit loop ends, for an error the signal
-caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as a step would."""
+"""The first signal the run received since the local Ray started (`ray_started`): kept after the fit loop ends, for
+an error the signal caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as a
+step would."""
 
 _in_a_step: list[bool] = []
 """Whether that signal came during the fit loop's steps (`StopRequest`), not while starting or finishing."""
@@ -93,8 +100,10 @@ _fit_loops: list["StopRequest"] = []
 class StopRequest:
     """Records the first signal (number and time); a context manager around the fit loop."""
 
-    def __init__(self, grace_s: float) -> None:
+    def __init__(self, grace_s: float, resume: tuple[bool, str | None] = (True, None)) -> None:
         self.grace_s = grace_s
+        self.resume = resume
+        """(trainer.find_last_checkpoint, trainer.load_checkpoint_path): what running the same command resumes from."""
         self.signum: int | None = None
         self.received_at: float | None = None
         self.cause: str | None = None
@@ -151,10 +160,11 @@ class StopRequest:
         latest = None if unsaved or step == 0 else step_dir(save_root, step)
         why = "trainer.signal_grace_s=0" if self.grace_s <= 0 else "grace period over"
         interrupted = TrainingInterrupted(self.signum, step, latest, self.cause, why)
+        interrupted.text = interrupted.advised(save_root, *self.resume)
         _stopped.append(interrupted)
         self.stopped = True
         if self.exit_at_once:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
-            print(str(interrupted), file=sys.stderr, flush=True)
+            print(interrupted.text, file=sys.stderr, flush=True)
             os._exit(128 + self.signum)
         if os.getpgrp() == os.getpid():  # a signal to this group reached a local Ray's daemons too
             _exit_if_teardown_hangs(interrupted)
@@ -173,7 +183,11 @@ def _exit_if_teardown_hangs(interrupted: TrainingInterrupted, after_s: float = T
     own, and the teardown, a logger's upload included, takes the time it needs.)"""
 
     def exit_now() -> None:
-        print(f"{interrupted} (The teardown took over {after_s:.0f} s: exiting at once.)", file=sys.stderr, flush=True)
+        print(
+            f"{interrupted.text} (The teardown took over {after_s:.0f} s: exiting at once.)",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(128 + interrupted.signum)
 
     timer = threading.Timer(after_s, exit_now)
@@ -253,7 +267,7 @@ def exit_if_stopped(why: str) -> None:
     exit now with the stop's status, instead of waiting for a Ray teardown that cannot end."""
     if _stopped:
         stop = _stopped[-1]
-        print(f"{stop} ({why}: exiting at once.)", file=sys.stderr, flush=True)
+        print(f"{stop.text} ({why}: exiting at once.)", file=sys.stderr, flush=True)
         os._exit(128 + stop.signum)
 
 

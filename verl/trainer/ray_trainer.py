@@ -680,7 +680,8 @@ class RayPPOTrainer:
         first_step = self.global_step
         # logging_redirect_tqdm: log lines (steps, validations, warnings) print above the bar, not through it; the bar
         # ends its line also when a step fails, so the error prints on a line of its own
-        with StopRequest(trainer.signal_grace_s).installed() as stop, logging_redirect_tqdm(), progress:
+        resume = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)
+        with StopRequest(trainer.signal_grace_s, resume).installed() as stop, logging_redirect_tqdm(), progress:
             while self.global_step < self.total_steps:
                 if stop.requested:
                     progress.close()
