@@ -131,6 +131,8 @@ def read_wandb_history(run_file: str, key: str) -> list[tuple[int, float]]:
         if length == 0 and kind == 0:
             offset += left
             continue
+        if offset + 7 + length > len(data):  # a record wandb is still writing
+            break
         chunk, offset = data[offset + 7 : offset + 7 + length], offset + 7 + length
         if kind == 1:
             records.append(chunk)
