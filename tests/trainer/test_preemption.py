@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """SIGTERM / SIGINT: finish the step, checkpoint within the grace period, exit 128 + signal; the next run resumes."""
 
+import contextlib
 import json
 import os
 import re
@@ -209,33 +210,43 @@ def test_a_step_that_hangs_once_the_signal_ended_rays_control_store_exits_with_t
 def test_a_group_signal_arms_the_exit_while_the_control_store_lingers_and_the_raylet_is_slow_to_end():
     """A SIGTERM to the group a driver leads reaches a local Ray's daemons: the control store closes its port at once
     but its process lingers, and under load the raylet took minutes to exit. The watch waited for either process to
-    end, so a step in flight that needed them hung until Ray ended the driver, exit 1, two minutes later (a CI run)."""
+    end, so a step in flight that needed them hung until Ray ended the driver, exit 1, two minutes later (a CI run).
+    Now the closed port makes the loop exit once its step is saved, and the raylet's end, which takes the workers,
+    gives the step TEARDOWN_S before the driver exits with the signal's status."""
     script = (
-        "import contextlib, os, signal, time, psutil, ray\n"
+        "import os, signal, time, ray\n"
         "from tests.processes import descendant_named\n"
         "from verl.trainer import preemption, ray_setup\n"
         "os.setpgid(0, 0)\n"  # lead a group of its own, as a driver started from a shell
         "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
+        "preemption.TEARDOWN_S = 0.5\n"
         "stop = preemption.StopRequest(grace_s=60)\n"
         "with stop.installed():\n"  # after ray.init, as the trainer's (it replaces Ray's own SIGTERM handler)
         "    ray_setup.watch_control_store(poll_s=0.2)\n"
         "    daemons = {name: descendant_named(os.getpid(), name) for name in ('gcs_server', 'raylet')}\n"
+        "    print(*(process.pid for process in daemons.values()), flush=True)\n"
         "    daemons['raylet'].suspend()\n"  # a raylet slow to exit: it cannot end until resumed
         "    os.killpg(0, signal.SIGTERM)\n"
         "    deadline = time.monotonic() + 60\n"
         "    while not stop.exit_at_once and time.monotonic() < deadline:\n"
         "        time.sleep(0.1)\n"
-        "    store = daemons['gcs_server'].status()\n"
-        "    for process in psutil.Process().children(recursive=True):\n"
-        "        with contextlib.suppress(psutil.NoSuchProcess):\n"
-        "            process.kill()\n"
-        "    print('armed' if stop.exit_at_once else 'unarmed', store, flush=True)\n"
-        "    os._exit(0)\n"
+        "    print('armed' if stop.exit_at_once else 'unarmed', flush=True)\n"
+        "    daemons['raylet'].kill()\n"  # it ends, and its workers with it: the step in flight cannot finish
+        "    time.sleep(30)\n"
+        "    print('still here', flush=True)\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stderr[-3000:]
-    armed = run.stdout.split()[-2]
-    assert armed == "armed", run.stdout + run.stderr[-3000:]
+    run = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout, stderr = (text.decode() for text in run.communicate(timeout=180))
+    finally:
+        run.kill()
+    lines = stdout.split("\n")
+    for pid in [int(pid) for pid in lines[0].split()]:  # the lingering store, orphaned by the exit
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert lines[1] == "armed", stdout + stderr[-3000:]
+    assert run.returncode == 128 + signal.SIGTERM and "still here" not in stdout, stdout + stderr[-3000:]
+    assert "\nStopped by SIGTERM during a step that could not finish" in stderr, stderr[-3000:]
 
 
 @pytest.mark.slow

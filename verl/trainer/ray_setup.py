@@ -293,6 +293,10 @@ def watch_control_store(poll_s: float = 1.0) -> None:
                     lost,
                     ends,
                 )
+                while raylet is not None and not armed and _running(raylet) and ours():
+                    time.sleep(poll_s)  # its end takes the workers: the step cannot finish then
+                if raylet is not None and not armed and ours():
+                    daemons_ended_with_the_signal()
             else:
                 logger.error(
                     "%s: the workers go on, but %s. Finishing the current step and saving a checkpoint.", lost, ends
