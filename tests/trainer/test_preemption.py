@@ -424,3 +424,29 @@ def test_a_signal_while_the_run_stops_exits_at_once():
     assert result.returncode == 128 + signal.SIGINT
     assert "Received SIGINT while stopping: exiting at once." in result.stderr
     assert time.monotonic() - start < 20
+
+
+def test_a_stop_s_timers_go_once_its_run_ended_and_a_second_signal_exits_at_once(monkeypatch):
+    """A notebook (its kernel leads its process group) that caught a stop was ended 30 s later by the teardown's
+    timer; a second Ctrl-C while the run unwound after the fit loop's stop raised again, saying that nothing was
+    saved, where it should exit at once."""
+    exits: list[int] = []
+
+    def record_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(preemption.os, "_exit", record_exit)
+    run = preemption.RunSignals()
+    with pytest.raises(TrainingInterrupted), run.installed():
+        preemption._exit_if_teardown_hangs(TrainingInterrupted(signal.SIGINT, 2, "/ckpt/global_step_2"), after_s=0.3)
+        raise TrainingInterrupted(signal.SIGINT, 2, "/ckpt/global_step_2")  # the stop, its teardown done
+    time.sleep(0.6)
+    assert exits == []  # the caller goes on
+    with run.installed():
+        stop = StopRequest(grace_s=60)
+        with stop.installed():
+            stop._handle(signal.SIGINT, None)  # the first: the fit loop finishes its step
+        with pytest.raises(SystemExit):
+            run._handle(signal.SIGINT, None)  # the second, while the run unwinds
+    assert exits == [128 + signal.SIGINT]

@@ -213,13 +213,16 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         with StopRequest(
             trainer.signal_grace_s, resume
         ).installed() as stop:  # a signal: the step in flight finishes first
-            while step < total_steps:
-                if stop.requested:
+            while True:
+                done = step >= total_steps
+                if stop.requested and (not done or stop.exit_at_once):  # (Ray's store lost: also after the last step)
                     unsaved = step > first_step and last_saved != step
                     last = functools.partial(
                         save, group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), False
                     )
                     stop.stop(step, unsaved, last, root)
+                if done:
+                    break
                 epoch, offset = divmod(step, steps_per_epoch)
                 rows = _collate(train, epoch_batches(epoch)[offset])
                 step += 1

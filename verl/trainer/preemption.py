@@ -90,8 +90,9 @@ step would."""
 _in_a_step: list[bool] = []
 """Whether that signal came during the fit loop's steps (`StopRequest`), not while starting or finishing."""
 
-_rays = [0]
-"""How many local Rays this process started (`ray_started`): a timer armed for one does nothing in the next."""
+_generation = [0]
+"""Moves on when a local Ray starts (`ray_started`), a run starts, and a run's teardown ends (`RunSignals`): a timer
+armed before does nothing then (a notebook that caught a stop goes on; a next run is not ended by the last's)."""
 
 _fit_loops: list["StopRequest"] = []
 """The StopRequest of the fit loop running now, for a stop that does not come as a signal (`stop_the_fit_loop`)."""
@@ -182,7 +183,11 @@ def _exit_if_teardown_hangs(interrupted: TrainingInterrupted, after_s: float = T
     The checkpoint is saved by then; the reaper ends the workers. (Elsewhere Ray's daemons have a group of their
     own, and the teardown, a logger's upload included, takes the time it needs.)"""
 
+    generation = _generation[0]
+
     def exit_now() -> None:
+        if _generation[0] != generation:  # the teardown ended (a notebook, a sweep goes on)
+            return
         print(
             f"{interrupted.text} (The teardown took over {after_s:.0f} s: exiting at once.)",
             file=sys.stderr,
@@ -217,10 +222,20 @@ def stop_the_fit_loop(cause: str) -> bool:
 def ray_started() -> None:
     """A local Ray started (a run's, a sweep's next, a test's in one process): the signals and stops before it are
     not its daemons'."""
+    _new_generation()
+
+
+def _new_generation() -> None:
     _signalled.clear()
     _in_a_step.clear()
     _stopped.clear()
-    _rays[0] += 1
+    _generation[0] += 1
+
+
+def signal_received() -> int | None:
+    """The signal the run received (not a `stop_the_fit_loop`): it may have reached a local Ray's daemons too (a
+    signal to the driver's process group, or a scheduler's to every process of the job)."""
+    return _signalled[0] if _signalled else None
 
 
 def signal_reached_the_group() -> int | None:
@@ -240,10 +255,10 @@ def daemons_ended_with_the_signal() -> bool:
         return False
     if _fit_loops:
         _fit_loops[-1].exit_at_once = True
-    ray_session, where = _rays[0], "during a step" if _in_a_step else "outside the training loop, in work"
+    generation, where = _generation[0], "during a step" if _in_a_step else "outside the training loop, in work"
 
     def exit_now() -> None:
-        if _rays[0] != ray_session or _stopped:  # the loop stopped: it exited, or its teardown's timer ends it
+        if _generation[0] != generation or _stopped:  # the loop stopped: it exited, or its teardown's timer ends it
             return
         name = signal.Signals(signum).name
         print(
@@ -283,7 +298,7 @@ class RunSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.is_stopping:
+        if self.is_stopping or _signalled:  # (the fit loop's stop took the first: this is the second)
             print(f"Received {name} while stopping: exiting at once.", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.is_stopping = True
@@ -292,8 +307,14 @@ class RunSignals:
 
     @contextmanager
     def installed(self) -> Iterator["RunSignals"]:
+        _new_generation()  # a run of its own: no signal or stop of an earlier one in this process counts
         with _handling(self._handle):
-            yield self
+            try:
+                yield self
+            except TrainingInterrupted:
+                _new_generation()  # stopped, its teardown done: the timers armed for it go
+                raise
+        _new_generation()
 
 
 def run_status(error: BaseException | None) -> str:

@@ -23,7 +23,7 @@ from verl.trainer.preemption import (
     daemons_ended_with_the_signal,
     exit_if_stopped,
     ray_started,
-    signal_reached_the_group,
+    signal_received,
     stop_the_fit_loop,
 )
 from verl.trainer.reaper import start_reaper
@@ -276,7 +276,7 @@ def watch_control_store(poll_s: float = 1.0) -> None:
     def watch() -> None:
         armed = raylet is None
         with contextlib.suppress(psutil.NoSuchProcess):
-            while gcs.status() != psutil.STATUS_ZOMBIE and not (signal_reached_the_group() and not _listening(gcs)):
+            while gcs.status() != psutil.STATUS_ZOMBIE and not (signal_received() and not _listening(gcs)):
                 if not armed and not _running(raylet) and ours():  # with a signal to the driver's group (Ray's own)
                     armed = daemons_ended_with_the_signal()
                 time.sleep(poll_s)
@@ -284,7 +284,7 @@ def watch_control_store(poll_s: float = 1.0) -> None:
             return
         lost = f"Ray's control store (gcs_server, pid {gcs.pid}) ended"
         ends = f"Ray ends this run {os.environ.get(GCS_LOSS_ENV, RAY_GCS_LOSS_S)} s after losing it"
-        signalled = signal_reached_the_group() is not None
+        signalled = signal_received() is not None
         if stop_the_fit_loop("Ray's control store (gcs_server) ended"):
             if signalled:
                 logger.warning(

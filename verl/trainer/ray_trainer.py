@@ -682,13 +682,16 @@ class RayPPOTrainer:
         # ends its line also when a step fails, so the error prints on a line of its own
         resume = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)
         with StopRequest(trainer.signal_grace_s, resume).installed() as stop, logging_redirect_tqdm(), progress:
-            while self.global_step < self.total_steps:
-                if stop.requested:
+            while True:
+                done = self.global_step >= self.total_steps
+                if stop.requested and (not done or stop.exit_at_once):  # (Ray's store lost: also after the last step)
                     progress.close()
                     unsaved = self.global_step > first_step and last_saved != self.global_step
                     fresh = val_metrics if last_validated == self.global_step else {}  # a score of this step's own
                     save = functools.partial(self._save_checkpoint, fresh.get("val/reward_score"))
                     stop.stop(self.global_step, unsaved, save, trainer.save_checkpoint_path)
+                if done:
+                    break
                 last_saved, last_validated, val_metrics = self._fit_step(
                     progress, num_devices, last_saved, last_validated, val_metrics
                 )
