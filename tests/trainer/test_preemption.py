@@ -65,7 +65,7 @@ def test_a_signal_outside_the_fit_loop_counts_for_rays_daemons_too(monkeypatch):
     with pytest.raises(TrainingInterrupted, match="outside the training loop"):
         preemption.RunSignals()._handle(signal.SIGTERM, None)
     assert preemption.signal_reached_the_group() == signal.SIGTERM and not preemption._in_a_step
-    preemption.ray_started()  # the next Ray's daemons: not reached by it
+    preemption.forget_stops()  # the next Ray's daemons: not reached by it
     assert preemption.signal_reached_the_group() is None
 
 
@@ -197,7 +197,7 @@ def test_a_step_that_hangs_once_the_signal_ended_rays_control_store_exits_with_t
         "from verl.trainer import preemption\n"
         "os.setpgid(0, 0)\n"  # lead a group of its own, as a driver started from a shell
         "preemption.TEARDOWN_S = 0.5\n"
-        "preemption.ray_started()\n"
+        "preemption.forget_stops()\n"
         "stop = preemption.StopRequest(grace_s=60)\n" + hang
     )
     start = time.monotonic()

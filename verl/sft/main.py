@@ -210,9 +210,8 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             lambda epoch: batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)
         )
         resume = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)
-        with StopRequest(
-            trainer.signal_grace_s, resume
-        ).installed() as stop:  # a signal: the step in flight finishes first
+        # a signal: the step in flight finishes first
+        with StopRequest(trainer.signal_grace_s, resume).installed() as stop:
             while True:
                 done = step >= total_steps
                 if stop.requested and (not done or stop.exit_at_once):  # (Ray's store lost: also after the last step)

@@ -83,7 +83,7 @@ class TrainingInterrupted(BaseException):
 
 
 _signalled: list[int] = []
-"""The first signal the run received since the local Ray started (`ray_started`): kept after the fit loop ends, for
+"""The first signal the run received since the run or its local Ray started (`forget_stops`): kept after the fit loop ends, for
 an error the signal caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as a
 step would."""
 
@@ -91,7 +91,7 @@ _in_a_step: list[bool] = []
 """Whether that signal came during the fit loop's steps (`StopRequest`), not while starting or finishing."""
 
 _generation = [0]
-"""Moves on when a local Ray starts (`ray_started`), a run starts, and a run's teardown ends (`RunSignals`): a timer
+"""Moves on when a local Ray starts, a run starts, and a run's teardown ends (`forget_stops`): a timer
 armed before does nothing then (a notebook that caught a stop goes on; a next run is not ended by the last's)."""
 
 _fit_loops: list["StopRequest"] = []
@@ -219,13 +219,9 @@ def stop_the_fit_loop(cause: str) -> bool:
     return True
 
 
-def ray_started() -> None:
-    """A local Ray started (a run's, a sweep's next, a test's in one process): the signals and stops before it are
-    not its daemons'."""
-    _new_generation()
-
-
-def _new_generation() -> None:
+def forget_stops() -> None:
+    """A run, or a local Ray, starts (a sweep's next, a test's in one process), or a run's teardown ended: the signals
+    and stops before are not its, and the timers armed for them do nothing."""
     _signalled.clear()
     _in_a_step.clear()
     _stopped.clear()
@@ -307,14 +303,14 @@ class RunSignals:
 
     @contextmanager
     def installed(self) -> Iterator["RunSignals"]:
-        _new_generation()  # a run of its own: no signal or stop of an earlier one in this process counts
+        forget_stops()  # a run of its own: no signal or stop of an earlier one in this process counts
         with _handling(self._handle):
             try:
                 yield self
             except TrainingInterrupted:
-                _new_generation()  # stopped, its teardown done: the timers armed for it go
+                forget_stops()  # stopped, its teardown done: the timers armed for it go
                 raise
-        _new_generation()
+        forget_stops()
 
 
 def run_status(error: BaseException | None) -> str:

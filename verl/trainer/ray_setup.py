@@ -22,7 +22,7 @@ from verl.trainer.config import PPOConfig
 from verl.trainer.preemption import (
     daemons_ended_with_the_signal,
     exit_if_stopped,
-    ray_started,
+    forget_stops,
     signal_received,
     stop_the_fit_loop,
 )
@@ -267,7 +267,7 @@ def watch_control_store(poll_s: float = 1.0) -> None:
     gcs, raylet = daemons.get("gcs_server"), daemons.get("raylet")
     if gcs is None:
         return
-    ray_started()
+    forget_stops()  # a new Ray: no signal has reached its daemons
     _watched_store["pid"] = gcs.pid  # a later Ray of this process (a sweep) replaces the one watched
 
     def ours() -> bool:  # this Ray, still connected (ray.shutdown disconnects before it ends the daemons)
@@ -288,8 +288,8 @@ def watch_control_store(poll_s: float = 1.0) -> None:
         if stop_the_fit_loop("Ray's control store (gcs_server) ended"):
             if signalled:
                 logger.warning(
-                    "%s with the signal to the process group this driver leads: finishing the current step, then "
-                    "exiting at once (%s).",
+                    "%s after the signal, which reached Ray's daemons too: finishing the current step, then exiting "
+                    "at once (%s).",
                     lost,
                     ends,
                 )
