@@ -28,8 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(autouse=True)
 def _own_stop_state(monkeypatch):
     """The signals and stops a test's handlers record stay its own (a later test's Ray would see a stale signal)."""
-    for name in ("_signalled", "_in_a_step", "_stopped"):
-        monkeypatch.setattr(preemption, name, [])
+    monkeypatch.setattr(preemption, "_run", preemption.RunState())
 
 
 def test_first_signal_is_recorded_and_handlers_are_restored(monkeypatch):
@@ -48,7 +47,6 @@ def test_first_signal_is_recorded_and_handlers_are_restored(monkeypatch):
     from verl.trainer import preemption
 
     monkeypatch.setattr(preemption.os, "getpgrp", lambda: -1)  # as if not leading a group: no teardown timer
-    monkeypatch.setattr(preemption, "_stopped", [])
     never = StopRequest(grace_s=0)
     with never.installed():
         never._handle(signal.SIGTERM, None)
@@ -64,7 +62,7 @@ def test_a_signal_outside_the_fit_loop_counts_for_rays_daemons_too(monkeypatch):
     monkeypatch.setattr(preemption.os, "getpgrp", os.getpid)  # as a driver that leads its group
     with pytest.raises(TrainingInterrupted, match="outside the training loop"):
         preemption.RunSignals()._handle(signal.SIGTERM, None)
-    assert preemption.signal_reached_the_group() == signal.SIGTERM and not preemption._in_a_step
+    assert preemption.signal_reached_the_group() == signal.SIGTERM and not preemption._run.in_a_step
     preemption.forget_stops()  # the next Ray's daemons: not reached by it
     assert preemption.signal_reached_the_group() is None
 

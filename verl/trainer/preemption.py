@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import NoReturn
 
@@ -82,20 +83,32 @@ class TrainingInterrupted(BaseException):
         return f"{self.stopped}\n{resume_hint(save_root, find_last, explicit)}"
 
 
-_signalled: list[int] = []
-"""The first signal the run received since the run or its local Ray started (`forget_stops`): kept after the fit loop ends, for
-an error the signal caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as a
-step would."""
+@dataclass
+class RunState:
+    """What this process knows of its run's stop, for the paths that are not the signal handler (Ray's daemons
+    watched from a thread, the teardown's timers). `forget_stops` starts a new one when a local Ray starts, a run
+    starts, and a run's teardown ends: a timer armed for the one before does nothing then (a notebook that caught a
+    stop goes on; a next run is not ended by the last's)."""
 
-_in_a_step: list[bool] = []
-"""Whether that signal came during the fit loop's steps (`StopRequest`), not while starting or finishing."""
+    signalled: int | None = None
+    """The first signal the run received since the run or its local Ray started: kept after the fit loop ends, for
+    an error the signal caused (Ray's daemons ended with it) unwinds past the loop, and Ray's teardown then hangs as
+    a step would."""
+    in_a_step: bool = False
+    """Whether that signal came during the fit loop's steps (`StopRequest`), not while starting or finishing."""
+    fit_loops: list["StopRequest"] = field(default_factory=list)
+    """The StopRequest of the fit loop running now, for a stop that does not come as a signal
+    (`stop_the_fit_loop`)."""
+    stops: list[TrainingInterrupted] = field(default_factory=list)
+    """The stops the fit loops made (their checkpoint saved or not), latest last."""
 
-_generation = [0]
-"""Moves on when a local Ray starts, a run starts, and a run's teardown ends (`forget_stops`): a timer
-armed before does nothing then (a notebook that caught a stop goes on; a next run is not ended by the last's)."""
+    def signal(self, signum: int, in_a_step: bool) -> None:
+        """Record a received signal (the first one counts)."""
+        if self.signalled is None:
+            self.signalled, self.in_a_step = signum, in_a_step
 
-_fit_loops: list["StopRequest"] = []
-"""The StopRequest of the fit loop running now, for a stop that does not come as a signal (`stop_the_fit_loop`)."""
+
+_run = RunState()
 
 
 class StopRequest:
@@ -128,8 +141,7 @@ class StopRequest:
             signal.raise_signal(signum)
             return
         self.signum, self.received_at = signum, time.monotonic()
-        _signalled[:] = _signalled or [signum]
-        _in_a_step[:] = [True]
+        _run.signal(signum, in_a_step=True)
         saving = (
             f"saving a checkpoint (if within {self.grace_s:.0f} s)"
             if self.grace_s > 0
@@ -143,12 +155,12 @@ class StopRequest:
 
     @contextmanager
     def installed(self) -> Iterator["StopRequest"]:
-        _fit_loops.append(self)
+        _run.fit_loops.append(self)
         try:
             with _handling(self._handle):
                 yield self
         finally:
-            _fit_loops.remove(self)
+            _run.fit_loops.remove(self)
 
     def stop(self, step: int, unsaved: bool, save: Callable[[], None], save_root: str) -> NoReturn:
         """Between steps, once `requested`: `save()` the steps since the last checkpoint (`unsaved`) if still within
@@ -162,7 +174,7 @@ class StopRequest:
         why = "trainer.signal_grace_s=0" if self.grace_s <= 0 else "grace period over"
         interrupted = TrainingInterrupted(self.signum, step, latest, self.cause, why)
         interrupted.text = interrupted.advised(save_root, *self.resume)
-        _stopped.append(interrupted)
+        _run.stops.append(interrupted)
         self.stopped = True
         if self.exit_at_once:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
             print(interrupted.text, file=sys.stderr, flush=True)
@@ -183,10 +195,10 @@ def _exit_if_teardown_hangs(interrupted: TrainingInterrupted, after_s: float = T
     The checkpoint is saved by then; the reaper ends the workers. (Elsewhere Ray's daemons have a group of their
     own, and the teardown, a logger's upload included, takes the time it needs.)"""
 
-    generation = _generation[0]
+    run = _run
 
     def exit_now() -> None:
-        if _generation[0] != generation:  # the teardown ended (a notebook, a sweep goes on)
+        if _run is not run:  # the teardown ended (a notebook, a sweep goes on)
             return
         print(
             f"{interrupted.text} (The teardown took over {after_s:.0f} s: exiting at once.)",
@@ -200,19 +212,15 @@ def _exit_if_teardown_hangs(interrupted: TrainingInterrupted, after_s: float = T
     timer.start()
 
 
-_stopped: list[TrainingInterrupted] = []
-"""The stops the fit loops of this process made (their checkpoint saved or not), latest last."""
-
-
 def stop_the_fit_loop(cause: str) -> bool:
     """Ask the fit loop that runs now to stop after its step and save, as on a first SIGTERM, because of `cause`
     (an event that is not a signal: Ray's control store lost), then to exit the process at once (Ray's teardown would
     hang); False where none runs. A loop already stopping on a signal keeps that signal and stops as it would, but
     then exits at once too (a SIGTERM to the driver's whole process group ends Ray's daemons with it; where the step
     cannot finish, the raylet's end arms `daemons_ended_with_the_signal`)."""
-    if not _fit_loops:
+    if not _run.fit_loops:
         return False
-    request = _fit_loops[-1]
+    request = _run.fit_loops[-1]
     request.exit_at_once = True
     if not request.requested:
         request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
@@ -222,22 +230,20 @@ def stop_the_fit_loop(cause: str) -> bool:
 def forget_stops() -> None:
     """A run, or a local Ray, starts (a sweep's next, a test's in one process), or a run's teardown ended: the signals
     and stops before are not its, and the timers armed for them do nothing."""
-    _signalled.clear()
-    _in_a_step.clear()
-    _stopped.clear()
-    _generation[0] += 1
+    global _run
+    _run = RunState(fit_loops=_run.fit_loops)
 
 
 def signal_received() -> int | None:
     """The signal the run received (not a `stop_the_fit_loop`): it may have reached a local Ray's daemons too (a
     signal to the driver's process group, or a scheduler's to every process of the job)."""
-    return _signalled[0] if _signalled else None
+    return _run.signalled
 
 
 def signal_reached_the_group() -> int | None:
     """The signal the run received (not a `stop_the_fit_loop`), where this process leads its process
     group (a shell's job, `setsid`), which a local Ray's daemons share: the signal may have reached them too."""
-    return _signalled[0] if _signalled and os.getpgrp() == os.getpid() else None
+    return _run.signalled if os.getpgrp() == os.getpid() else None
 
 
 def daemons_ended_with_the_signal() -> bool:
@@ -249,12 +255,12 @@ def daemons_ended_with_the_signal() -> bool:
     signum = signal_reached_the_group()
     if signum is None:
         return False
-    if _fit_loops:
-        _fit_loops[-1].exit_at_once = True
-    generation, where = _generation[0], "during a step" if _in_a_step else "outside the training loop, in work"
+    if _run.fit_loops:
+        _run.fit_loops[-1].exit_at_once = True
+    run, where = _run, "during a step" if _run.in_a_step else "outside the training loop, in work"
 
     def exit_now() -> None:
-        if _generation[0] != generation or _stopped:  # the loop stopped: it exited, or its teardown's timer ends it
+        if _run is not run or run.stops:  # the loop stopped: it exited, or its teardown's timer ends it
             return
         name = signal.Signals(signum).name
         print(
@@ -276,8 +282,8 @@ def daemons_ended_with_the_signal() -> bool:
 def exit_if_stopped(why: str) -> None:
     """Where the fit loop has already stopped (its checkpoint saved) and Ray's control store is then lost (`why`),
     exit now with the stop's status, instead of waiting for a Ray teardown that cannot end."""
-    if _stopped:
-        stop = _stopped[-1]
+    if _run.stops:
+        stop = _run.stops[-1]
         print(f"{stop.text} ({why}: exiting at once.)", file=sys.stderr, flush=True)
         os._exit(128 + stop.signum)
 
@@ -294,11 +300,11 @@ class RunSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.is_stopping or _signalled:  # (the fit loop's stop took the first: this is the second)
+        if self.is_stopping or _run.signalled is not None:  # (the fit loop's stop took the first: the second)
             print(f"Received {name} while stopping: exiting at once.", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.is_stopping = True
-        _signalled[:] = _signalled or [signum]  # (outside the fit loop: starting, validating first, finishing)
+        _run.signal(signum, in_a_step=False)  # (outside the fit loop: starting, validating first, finishing)
         raise TrainingInterrupted(signum, None, None)
 
     @contextmanager
