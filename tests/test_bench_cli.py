@@ -21,6 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         ("bench_lora_rollout", "--prompts"),
         ("bench_lora_rollout", "--rank"),
         ("bench_sft_data", "--repeats"),
+        ("bench_data", "--rows"),
         ("bench_rollout", "--n"),
         ("bench_sweep", "--runs"),
         ("bench_sweep", "--steps"),
@@ -33,6 +34,15 @@ def test_a_count_below_one_is_refused_naming_the_option(script, option):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.splitlines()[-1] == f"{script}.py: error: argument {option}: must be positive, got 0"
+
+
+def test_the_data_benchmark_builds_the_prompt_set_in_each_way():
+    command = [sys.executable, os.path.join(REPO, "benchmarks", "bench_data.py"), "--rows", "300", "--workers", "1,2"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(result.stdout.splitlines()[-1])
+    assert [(name, row["processes"]) for name, row in figures.items()] == [("1", 1), ("2", 2)]
+    assert all(row["seconds"] > 0 for row in figures.values())
 
 
 def test_the_driver_benchmark_times_its_functions():

@@ -169,7 +169,7 @@ class RLHFDataset(Dataset):
         min_pixels: int | None = None,
         max_pixels: int | None = None,
         filter_overlong_prompts: bool = True,
-        filter_overlong_prompts_workers: int = 1,
+        filter_overlong_prompts_workers: int | None = None,
         skip_bad_rows: bool = False,
         model_config: Any | None = None,
         limit_images: int = 0,
@@ -311,9 +311,9 @@ class RLHFDataset(Dataset):
         fields = ["agent_name"] if row.get("agent_name") else []
         return fields + [f"extra_info.{key}" for key in ("tools_kwargs", "interaction_kwargs") if extra.get(key)]
 
-    def _scan(self, filter_overlong: bool, workers: int) -> tuple[list[int], list[int]]:
+    def _scan(self, filter_overlong: bool, workers: int | None) -> tuple[list[int], list[int]]:
         """Validate and measure every row; return the kept row indices and their prompt lengths."""
-        results = _scan_rows(self, range(len(self.source)), workers)
+        results = _scan_rows(self, scan_workers(workers, len(self.source)))
         kept, lengths, bad, overlong = [], [], [], []
         for index, (length, error) in enumerate(results):
             if error is not None:
@@ -362,9 +362,10 @@ class RLHFDataset(Dataset):
             "such prompts."
         )
 
-    def prompt_length(self, index: int) -> int:
-        """Prompt tokens of row `index` after image-token expansion (image headers only where possible)."""
-        prompt = self._prepare(index)
+    def prompt_length(self, index: int, row: dict[str, Any] | None = None) -> int:
+        """Prompt tokens of row `index` (read already: `row`) after image-token expansion (image headers only where
+        possible)."""
+        prompt = self._prepare(index, row)
         raw_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
         if not prompt.images and not prompt.videos:
             return len(raw_ids)
@@ -477,9 +478,9 @@ class RLHFDataset(Dataset):
         media = {getattr(self.processor, name, None) for name in ("image_token", "video_token")}
         return [token for token in special_strings(self.tokenizer) if token not in media]
 
-    def _prepare(self, index: int) -> _Prompt:
-        """Validate row `index` and render its chat prompt (no pixels decoded)."""
-        row = self.source.row(index)
+    def _prepare(self, index: int, row: dict[str, Any] | None = None) -> _Prompt:
+        """Validate row `index` (read already: `row`) and render its chat prompt (no pixels decoded)."""
+        row = self.source.row(index) if row is None else row
         prompt = row.get(self.prompt_key)
         if prompt is None:
             raise self._error(index, self.prompt_key, "the prompt is missing (null)")
@@ -712,27 +713,52 @@ class RLHFDataset(Dataset):
 # the construction-time scan, optionally in forked worker processes
 
 
+SCAN_CHUNK_ROWS = 256
+"""Rows the scan reads at once."""
+
+SCAN_ROWS_PER_WORKER = 10_000
+"""Unset data.filter_overlong_prompts_workers: a worker process per this many rows, up to the usable cores."""
+
+MAX_SCAN_WORKERS = 16
+
 _SCANNED_DATASET: RLHFDataset | None = None
 
 
-def _scan_one(index: int) -> tuple[int | None, str | None]:
-    try:
-        return _SCANNED_DATASET.prompt_length(index), None
-    except DatasetRowError as error:
-        return None, str(error)
+def scan_workers(configured: int | None, rows: int) -> int:
+    """data.filter_overlong_prompts_workers, or when unset one process per usable CPU core (at most
+    MAX_SCAN_WORKERS) and per SCAN_ROWS_PER_WORKER rows."""
+    if configured is not None:
+        return configured
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_SCAN_WORKERS, rows // SCAN_ROWS_PER_WORKER))
 
 
-def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple[int | None, str | None]]:
-    """(prompt length, error) per row; workers > 1 split rows over forked processes (fork shares the dataset
-    without pickling), a few chunks each."""
+def _scan_chunk(bounds: tuple[int, int]) -> list[tuple[int | None, str | None]]:
+    start, stop = bounds
+    results: list[tuple[int | None, str | None]] = []
+    for index, row in enumerate(_SCANNED_DATASET.source.rows_in(start, stop), start):
+        try:
+            results.append((_SCANNED_DATASET.prompt_length(index, row), None))
+        except DatasetRowError as error:
+            results.append((None, str(error)))
+    return results
+
+
+def _scan_rows(dataset: RLHFDataset, workers: int) -> list[tuple[int | None, str | None]]:
+    """(prompt length, error) per row, read in chunks of at most SCAN_CHUNK_ROWS; workers > 1 split the chunks
+    (a few each) over forked processes (fork shares the dataset without pickling)."""
     global _SCANNED_DATASET
     _SCANNED_DATASET = dataset
+    rows = len(dataset.source)
+    size = max(1, min(SCAN_CHUNK_ROWS, -(-rows // (4 * workers))))
+    chunks = [(start, min(start + size, rows)) for start in range(0, rows, size)]
     try:
-        if workers <= 1 or len(indices) < 2 * workers:
-            return [_scan_one(index) for index in indices]
+        if workers <= 1 or rows < 2 * workers:
+            return [result for chunk in chunks for result in _scan_chunk(chunk)]
         with signals_held():  # the workers and the pool's thread that replaces dead ones
             pool = multiprocessing.get_context("fork").Pool(workers, initializer=reset_child_signals)
         with pool:
-            return pool.map(_scan_one, indices, chunksize=max(1, len(indices) // (workers * 4)))
+            done = pool.map(_scan_chunk, chunks)
+        return [result for chunk in done for result in chunk]
     finally:
         _SCANNED_DATASET = None

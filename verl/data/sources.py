@@ -58,6 +58,14 @@ class RowSource:
     def row(self, index: int) -> dict[str, Any]:
         return self.rows[index]
 
+    def rows_in(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Rows start..stop-1, as `row` gives them, read at once (a datasets.Dataset reads a slice ~10x faster than
+        its rows one by one)."""
+        if isinstance(self.rows, list):
+            return self.rows[start:stop]
+        columns = self.rows[start:stop]
+        return [dict(zip(columns, values)) for values in zip(*columns.values())]
+
     def where(self, index: int) -> str:
         """ "file 'a.jsonl', row 3" for the global row `index` (row numbers start at 0 within each file)."""
         starts = [start for _, start in self.parts]
