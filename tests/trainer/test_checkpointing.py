@@ -602,6 +602,7 @@ def test_a_resume_with_other_settings_names_them_once(caplog):
     json.dumps(state)  # as trainer_state.json keeps it
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         config.trainer.max_steps, config.trainer.save_freq = 9, 2
+        config.data.filter_overlong_prompts_workers = 8  # how many processes scan the prompts: not what is trained
         warn_if_settings_changed(state, config, "/ckpt/global_step_3")
         warn_if_settings_changed({"global_step": 3}, config, "/ckpt/global_step_3")  # saved before they were kept
         assert caplog.text == ""

@@ -414,9 +414,10 @@ def warn_if_data_changed(state: dict, rows: int, path: str, order: dict[str, Any
         )
 
 
-RESUME_FREE_KEYS = ("trainer.",)
+RESUME_FREE_KEYS = ("trainer.", "data.filter_overlong_prompts_workers")
 """Settings a resumed run changes without a word: its bookkeeping (length, paths, loggers, save and validation
-schedules), but for the trainer's keys that change what it trains (`RESUME_TOLD_TRAINER_KEYS`)."""
+schedules, the processes of the prompt scan), but for the trainer's keys that change what it trains
+(`RESUME_TOLD_TRAINER_KEYS`)."""
 
 RESUME_TOLD_TRAINER_KEYS = ("trainer.critic_warmup", "trainer.device", "trainer.nnodes", "trainer.n_gpus_per_node")
 
