@@ -965,6 +965,17 @@ def test_the_scan_reads_rows_in_chunks_and_forks_a_worker_per_core_for_large_dat
     one = RLHFDataset(rows[:1], text_tokenizer, max_prompt_length=40)
     assert scans[0].prompt_lengths[0] == one.prompt_lengths[0]
 
+    # a slice of rows with images decodes them all at once: media rows are read one at a time
+    from types import SimpleNamespace
+
+    reads, rows_in = [], type(source).rows_in
+    monkeypatch.setattr(type(source), "rows_in", lambda self, a, b: reads.append(b - a) or rows_in(self, a, b))
+    for has_media in (False, True):
+        reads.clear()
+        fake = SimpleNamespace(source=source, has_media=has_media, prompt_length=lambda index, row: len(row["prompt"]))
+        assert dataset_module._scan_rows(fake, 1) == [(len(row["prompt"]), None) for row in rows]
+        assert set(reads) == ({1} if has_media else {64, 700 % 64})
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # bad rows

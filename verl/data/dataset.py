@@ -714,7 +714,8 @@ class RLHFDataset(Dataset):
 
 
 SCAN_CHUNK_ROWS = 256
-"""Rows the scan reads at once."""
+"""Rows the scan reads at once where the data has no image or video column (`datasets` decodes a slice's images all
+at once: one row at a time there)."""
 
 SCAN_ROWS_PER_WORKER = 10_000
 """Unset data.filter_overlong_prompts_workers: a worker process per this many rows, up to the usable cores."""
@@ -750,7 +751,7 @@ def _scan_rows(dataset: RLHFDataset, workers: int) -> list[tuple[int | None, str
     global _SCANNED_DATASET
     _SCANNED_DATASET = dataset
     rows = len(dataset.source)
-    size = max(1, min(SCAN_CHUNK_ROWS, -(-rows // (4 * workers))))
+    size = 1 if dataset.has_media else max(1, min(SCAN_CHUNK_ROWS, -(-rows // (4 * workers))))
     chunks = [(start, min(start + size, rows)) for start in range(0, rows, size)]
     try:
         if workers <= 1 or rows < 2 * workers:
