@@ -147,12 +147,16 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     # string (a bare JSONDecodeError: the file's lines were split at it)
     (tmp_path / "bom.csv").write_bytes("\ufeffanswer,prompt\n007,a\n1.50,b\n".encode())
     (tmp_path / "bom.jsonl").write_bytes(("\ufeff" + (tmp_path / "mixed.jsonl").read_text()).encode())
-    raw = [{"prompt": "line\u2028sep", "answer": "007"}, {"prompt": "b", "answer": 2}]
+    raw = [{"prompt": "line\u2028sep\rx", "answer": "007"}, {"prompt": "b", "answer": 2}]
     (tmp_path / "raw.jsonl").write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in raw))
+    (tmp_path / "crlf.jsonl").write_bytes((tmp_path / "mixed.jsonl").read_bytes().replace(b"\n", b"\r\n"))
+    (tmp_path / "bom.json").write_bytes(("\ufeff" + (tmp_path / "mixed.json").read_text()).encode())
     for name, expected in (
         ("bom.csv", ["007", "1.50"]),
         ("bom.jsonl", ["[1, 2]", "007", 2]),
         ("raw.jsonl", ["007", 2]),
+        ("crlf.jsonl", ["[1, 2]", "007", 2]),
+        ("bom.json", ["[1, 2]", "007", 2, "null"]),
     ):
         source = load_source(str(tmp_path / name))
         assert [source.row(i)["answer"] for i in range(len(source))] == expected, name

@@ -286,11 +286,10 @@ def _as_written(loaded: Any, path: str) -> Any:
     import datasets
 
     mixed = [name for name, feature in loaded.features.items() if isinstance(feature, datasets.Json)]
-    rows = _json_rows(path) if mixed else None
-    if rows is None or len(rows) != len(loaded):
+    columns = _json_columns(path, mixed) if mixed else None
+    if columns is None or any(len(values) != len(loaded) for values in columns.values()):
         return loaded
-    for name in mixed:  # each value JSON-encoded, strings included: they decode as written
-        values = [json.dumps(row.get(name)) for row in rows]
+    for name, values in columns.items():
         # added before the old column goes: a file's only column removed first left no rows to add it to
         written = f"__{name}_as_written"
         loaded = loaded.add_column(written, values, feature=datasets.Json()).remove_columns(name)
@@ -298,18 +297,30 @@ def _as_written(loaded: Any, path: str) -> Any:
     return loaded
 
 
-def _json_rows(path: str) -> list[dict[str, Any]] | None:
-    """The rows of a JSON file (a list of objects) or JSON Lines file, in order; None for another layout."""
-    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark, as datasets reads past it
-        text = f.read()
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError:
-        try:  # lines end at "\n" only: a string may hold U+2028 or U+0085 written raw, which splitlines() splits at
-            rows = [json.loads(line) for line in text.split("\n") if line.strip()]
+def _json_columns(path: str, names: list[str]) -> dict[str, list[str]] | None:
+    """The named columns of a JSON file (a list of objects) or JSON Lines file, each value JSON-encoded (strings
+    included: they decode as written), in row order; None for another layout. JSON Lines is read a line at a time
+    (a whole file's rows as Python objects took ~4x the file's size)."""
+    columns: dict[str, list[str]] = {name: [] for name in names}
+
+    def add(row: Any) -> bool:
+        if not isinstance(row, dict):
+            return False
+        for name, values in columns.items():
+            values.append(json.dumps(row.get(name)))
+        return True
+
+    # lines end at "\n" only: a string may hold U+2028, U+0085 or "\r" written raw
+    with open(path, encoding="utf-8-sig", newline="\n") as f:  # a byte-order mark, as datasets reads past it
+        start = f.read(4096).lstrip()
+        f.seek(0)
+        try:
+            if start.startswith("["):  # one JSON value: the list of rows
+                rows = json.load(f)
+                return columns if isinstance(rows, list) and all(add(row) for row in rows) else None
+            return columns if all(add(json.loads(line)) for line in f if line.strip()) else None
         except json.JSONDecodeError:
             return None
-    return rows if isinstance(rows, list) and all(isinstance(row, dict) for row in rows) else None
 
 
 def _json_error(path: str) -> str | None:
