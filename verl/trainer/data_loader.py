@@ -98,6 +98,9 @@ _DATASET_OPTIONS = (
 
 MEDIA_LOADER_WORKERS = 2
 
+ONE_VALIDATION_BATCH_ROWS = 4096
+"""A validation set larger than this in one batch (data.val_batch_size=-1) is warned about."""
+
 
 def loader_workers(configured: int | None, dataset: Any) -> int:
     """data.dataloader_num_workers, or when unset MEDIA_LOADER_WORKERS for data with media, else 0 (text is cheap;
@@ -145,6 +148,16 @@ def create_dataloader(
     val_batch_size = len(val_dataset) if config.val_batch_size == -1 else config.val_batch_size
     if val_batch_size <= 0:
         raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")
+    if val_batch_size > ONE_VALIDATION_BATCH_ROWS:  # measured: 50,000 text prompts, 92 s and +1.6 GB in the driver
+        media = ", their images and videos decoded at once" if val_dataset.has_media else ""
+        logger.warning(
+            "data.val_batch_size=%d puts the %d validation prompts in one batch, built in the driver before any is "
+            "generated%s (memory grows with it); set data.val_batch_size (e.g. 512) to validate in batches, whose "
+            "next one the data-loader workers build while the last generates.",
+            config.val_batch_size,
+            len(val_dataset),
+            media,
+        )
     # One batch is needed at once: workers could not get ahead, and would only add the cost of sending it over.
     val_workers = (
         loader_workers(config.dataloader_num_workers, val_dataset) if len(val_dataset) > val_batch_size else 0
