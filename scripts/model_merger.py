@@ -92,7 +92,7 @@ def _load_checkpoint_tensors(local_dir: str) -> dict[str, Any]:
 
     from verl.utils import quiet
 
-    saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
+    saved = _checkpoint_index(local_dir)
     model_keys = [key[len("model.") :] for key in saved if key.startswith("model.")]
     # the metadata knows every tensor's full shape: allocate full tensors, then let DCP fill them from all shards
     state = {
@@ -251,12 +251,35 @@ def check_intact(local_dir: str) -> None:
         )
 
 
+def _checkpoint_index(local_dir: str) -> dict[str, Any]:
+    """The tensors' metadata of the DCP checkpoint in `local_dir` (its `.metadata`), by key."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        return dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
+    except Exception as error:  # an empty or foreign file: EOFError, UnpicklingError, ValueError...
+        raise ValueError(
+            f"Checkpoint '{local_dir}/.metadata' cannot be read ({type(error).__name__}: {error}): the checkpoint's "
+            "index is missing or damaged; restore it from a copy or export another step."
+        ) from None
+
+
+def _config_json(hf_dir: str) -> dict[str, Any]:
+    path = os.path.join(hf_dir, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"'{path}' is not valid JSON ({error}); the checkpoint's model config is damaged.") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"'{path}' holds no JSON object; the checkpoint's model config is damaged.")
+    return config
+
+
 def check_not_a_critic(local_dir: str) -> None:
     """A critic's checkpoint (this project's value head: a one-row lm_head with a bias; or a value_head / score
     layer without lm_head) is refused: it is no language model to export."""
-    import torch.distributed.checkpoint as dcp
-
-    saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
+    saved = _checkpoint_index(local_dir)
     model_keys = {key[len("model.") :] for key in saved if key.startswith("model.")}
     head = saved.get("model.lm_head.weight")
     value_head = head is not None and head.size[0] == 1 and "lm_head.bias" in model_keys
@@ -287,8 +310,7 @@ def merge(
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     check_not_a_critic(local_dir)  # from the checkpoint's index, before a model of its size is built on the host
-    with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
-        auto_map = json.load(f).get("auto_map")
+    auto_map = _config_json(hf_dir).get("auto_map")
     if auto_map and not trust_remote_code:  # else transformers asks y/N on a terminal, or fails elsewhere
         raise ValueError(
             f"'{hf_dir}/config.json' names the model's own code ({sorted(auto_map)} in auto_map, files beside it); "

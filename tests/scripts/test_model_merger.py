@@ -323,6 +323,28 @@ def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
     assert f"Checkpoint '{copied}' cannot be read (" in proc.stderr and "missing or truncated" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "damaged, content, message",
+    [
+        (".metadata", b"", "/.metadata' cannot be read (EOFError"),  # a traceback from check_not_a_critic
+        (".metadata", b"garbage\n", "/.metadata' cannot be read ("),  # "invalid literal for int()", no file named
+        ("huggingface/config.json", b"{garbage", "/huggingface/config.json' is not valid JSON (Expecting property"),
+        ("huggingface/config.json", b"[1]", "/huggingface/config.json' holds no JSON object"),
+    ],
+)
+def test_a_damaged_index_or_config_without_an_integrity_record_is_named(
+    checkpoint, tmp_path, damaged, content, message
+) -> None:
+    """A step's actor folder copied without its integrity record, with a damaged file the record would have named."""
+    actor, _ = checkpoint
+    copied = tmp_path / "actor"
+    shutil.copytree(actor, copied)
+    (copied / damaged).write_bytes(content)
+    proc = run_merger("--local_dir", str(copied), "--target_dir", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"{copied}{message}" in proc.stderr
+
+
 def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_path) -> None:
     """The default target is the step's own actor/huggingface/, whose config files the export rewrites (the
     weights' dtype): the step's integrity record follows, so the step still resumes and merges again."""
