@@ -80,7 +80,14 @@ def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, 
     tokenizer_only = tmp_path / "tokenizer_only"
     tokenizer_only.mkdir()
     (tokenizer_only / "config.json").write_text("{}")
+    damaged = tmp_path / "damaged"  # a traceback from the engine's settings, naming the trainer's model_path
+    damaged.mkdir()
+    (damaged / "config.json").write_text("{garbage")
+    (damaged / "model.safetensors").write_bytes(b"")
+    (tmp_path / "a_file").write_text("")
     for argv, message in (
+        (["--model", str(damaged)], f"--model: cannot read '{damaged / 'config.json'}' as JSON: Expecting property"),
+        (["--model", str(tmp_path / "a_file")], f"--model '{tmp_path / 'a_file'}' is a file, not a folder"),
         (["--model", str(tmp_path / "missing")], f"--model '{tmp_path / 'missing'}' does not exist"),
         (["--model", str(actor)], f"'{actor}' is a training checkpoint's sharded weights, not a Hugging Face model"),
         (["--model", str(actor / "huggingface")], "python scripts/model_merger.py --local_dir"),

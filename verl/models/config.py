@@ -384,10 +384,16 @@ def model_folder_problem(path: str, name: str) -> str | None:
             "give a Hugging Face model directory or a hub id like Qwen/Qwen2.5-7B-Instruct."
         )
     if not os.path.isdir(os.path.expanduser(path)):
-        return f"{name} '{path}' does not exist; give a Hugging Face model directory."
+        what = "is a file, not a folder" if os.path.exists(os.path.expanduser(path)) else "does not exist"
+        return f"{name} '{path}' {what}; give a Hugging Face model directory."
     problem = unexported_checkpoint(path)
     if problem is None and (missing := missing_model_files(path)):
         return f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory."
+    if problem is None:
+        try:
+            read_model_config(name, os.path.expanduser(path))
+        except ConfigError as error:  # a damaged config.json: a traceback from wherever it is read first
+            return str(error)
     return problem
 
 
