@@ -750,6 +750,11 @@ def test_a_tokenizer_folder_without_a_tokenizer_is_one_error_before_ray(models, 
     args = sft_args(tmp_path, models["text"], str(tmp_path / "out"), f"worker.model.tokenizer_path={empty}")
     with pytest.raises(SFTDataError, match=rf"cannot be loaded \(worker.model.tokenizer_path={empty}, "):
         build_datasets(load_sft_config(args))
+    # a file that cannot be read as rows (a malformed line, an empty file): a 30-line traceback from the loader
+    for content, message in (('{"messages": []}\n{"messages": [\n', "line 2 (row 1)"), ("", "is empty")):
+        (tmp_path / "val.jsonl").write_text(content)
+        with pytest.raises(SFTDataError, match=rf"'{tmp_path / 'val.jsonl'}' .*{re.escape(message)}"):
+            build_datasets(load_sft_config(sft_args(tmp_path, models["text"], str(tmp_path / "out"))))
 
 
 def test_an_export_that_runs_out_of_space_is_one_line_naming_the_checkpoint(tmp_path) -> None:

@@ -108,7 +108,10 @@ class SFTDataset(torch.utils.data.Dataset):
         """`stop_ids`: the tokens generation stops at (verl.data.tokenizer.eos_token_ids; default the tokenizer's
         EOS). An assistant turn the template does not end with one learns the one it writes next (GLM opens the next
         turn with `<|user|>`), or, ending the conversation, the tokenizer's EOS appended, so the model learns to stop."""
-        self.source: RowSource = load_source(source)
+        try:
+            self.source: RowSource = load_source(source)
+        except (OSError, ValueError) as error:  # a file that cannot be read as rows: named there (a traceback before)
+            raise SFTDataError(str(error)) from None
         self.tokenizer, self.processor, self.config = tokenizer, processor, config
         self.renderer = processor if processor is not None else tokenizer
         self.text_tokenizer = processor.tokenizer if processor is not None else tokenizer
