@@ -67,7 +67,8 @@ def read_records(rollout_dir: str) -> list[dict]:
 
 
 def record_problem(record: object) -> str | None:
-    """Why a parsed line is not a record the page can show (a JSON object, an integer step, messages as objects)."""
+    """Why a parsed line is not a record the page can show (a JSON object, an integer step, messages as objects,
+    images as lists of paths)."""
     if not isinstance(record, dict):
         return f"a JSON {type(record).__name__}, not an object"
     if "step" in record and (not isinstance(record["step"], int) or isinstance(record["step"], bool)):
@@ -75,6 +76,10 @@ def record_problem(record: object) -> str | None:
     messages = record.get("messages")
     if messages is not None and not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)):
         return "its messages are not a list of objects"
+    for holder in (record, *(messages or [])):
+        images = holder.get("images")
+        if images is not None and not (isinstance(images, list) and all(isinstance(p, str) for p in images)):
+            return f"its images are {json.dumps(images)[:80]}, not a list of paths"
     return None
 
 

@@ -356,6 +356,8 @@ def test_viewer_cli(tokenizer, tmp_path, capsys):
         (b"[1, 2]\n", "line 1 is no rollout record: a JSON list, not an object."),
         (b'{"step": [1]}\n', "line 1 is no rollout record: its step is [1], not an integer."),
         (b'{"messages": ["hi"]}\n', "line 1 is no rollout record: its messages are not a list of objects."),
+        (b'{"images": 5}\n', "line 1 is no rollout record: its images are 5, not a list of paths."),  # a TypeError
+        (b'{"messages": [{"images": [3]}]}\n', "line 1 is no rollout record: its images are [3], not a list of"),
         ('{"response": "r\xe9"}\n'.encode("latin-1"), "is not UTF-8 text (invalid continuation byte at byte 15)."),
     ):
         (bad / "step_1.jsonl").write_bytes(content)
