@@ -41,6 +41,25 @@ def read_rows(log_dir: str) -> list[dict]:
     return rows
 
 
+def numbers_only(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    """`rows` without the values of `keys` that are no numbers (a null, a string), which are left out with a
+    warning naming the first (matplotlib's ConversionError traceback otherwise)."""
+    skipped = []
+    for row in rows:
+        for key in keys:
+            value = row.get(key)
+            if key in row and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                skipped.append((row["step"], key, row.pop(key)))
+    if skipped:
+        step, key, value = skipped[0]
+        print(
+            f"plot_metrics: warning: {len(skipped)} value(s) are not numbers and are left out (the first: {key} at "
+            f"step {step} is {json.dumps(value)[:60]}).",
+            file=sys.stderr,
+        )
+    return rows
+
+
 def by_step(rows: list[dict]) -> list[dict]:
     """One row per step, in step order, its metrics merged (a step's training and validation rows)."""
     merged: dict[int, dict] = {}
@@ -113,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         if key not in logged and (option == "--reward_key" or any(name.startswith("val/") for name in logged)):
             print(f"plot_metrics: {option} {key} is not in the log; its metrics: {', '.join(logged)}", file=sys.stderr)
             return 2
+    if os.path.isdir(args.output):  # matplotlib wrote <output>.png beside it, and this said it wrote <output>
+        print(f"plot_metrics: --output {args.output} is a folder; give the image's file name.", file=sys.stderr)
+        return 2
+    rows = numbers_only(rows, (args.reward_key, args.accuracy_key))
     try:
         plot(rows, args.output, args.accuracy_key, args.reward_key, run_title(args.log_dir))
     except ValueError as err:  # matplotlib: an image format it does not write

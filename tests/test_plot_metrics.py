@@ -85,3 +85,20 @@ def test_a_reward_without_an_accuracy_key_plots_the_validation_score(tmp_path, c
     (tmp_path / "experiment_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "a.png")]) == 0
     assert "val accuracy: first 0.200, last 0.400 (2 validations)" in capsys.readouterr().out
+
+
+def test_values_that_are_not_numbers_and_a_folder_as_output(tmp_path, capsys):
+    """A null or text metric value was a ConversionError traceback from matplotlib; --output naming a folder wrote
+    <folder>.png beside it and said it wrote the folder."""
+    script = load_script()
+    rows = [{"step": 1, "critic/score/mean": "abc", "val/accuracy_reward": None}]
+    rows += [{"step": 2, "critic/score/mean": 0.5, "val/accuracy_reward": 0.25}]
+    (tmp_path / "experiment_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "a.png")]) == 0
+    out, err = capsys.readouterr()
+    assert '2 value(s) are not numbers and are left out (the first: critic/score/mean at step 1 is "abc")' in err
+    assert "val accuracy: first 0.250, last 0.250 (1 validations)" in out
+    (tmp_path / "plots").mkdir()
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "plots")]) == 2
+    assert f"--output {tmp_path / 'plots'} is a folder; give the image's file name" in capsys.readouterr().err
+    assert not (tmp_path / "plots.png").exists()
