@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import os
+import re
 import sys
 import types
 
@@ -695,3 +696,14 @@ def test_the_model_turns_tool_calls_take_trainings_form():
         assert call["type"] == "function" and call["id"].startswith("call_")
         assert call["function"] == {"name": "multiply", "arguments": json.dumps({"a": 6, "b": 7})}
     assert "tool_calls" not in model_message("no calls", [], HERMES)
+
+
+def test_a_local_tokenizer_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    """It was read as a hub id: "Repo id must be in the form 'repo_name' or 'namespace/repo_name'"."""
+    from verl.envs.evaluate import _prompt_renderer
+
+    (tmp_path / "a_file").write_text("")
+    for path, what in ((tmp_path / "missing", "does not exist (from "), (tmp_path / "a_file", "is a file, not a")):
+        with pytest.raises(SystemExit, match=re.escape(f"evaluate: --tokenizer {path} {what}")):
+            _prompt_renderer(str(path), True, {})
+    assert _prompt_renderer(str(tmp_path / "missing"), False, {}) is None  # --model's folder: no renderer

@@ -953,6 +953,10 @@ def _prompt_renderer(tokenizer_path: str | None, given: bool, template_kwargs: d
     template is a SystemExit, a --model folder without one gives None)."""
     if tokenizer_path is None:
         return None
+    path = os.path.expanduser(tokenizer_path)
+    if given and tokenizer_path.startswith((".", "/", "~")) and not os.path.isdir(path):  # else read as a hub id:
+        what = "is a file, not a folder" if os.path.exists(path) else f"does not exist (from {os.getcwd()})"
+        raise SystemExit(f"evaluate: --tokenizer {tokenizer_path} {what}; give the tokenizer's folder or a hub id.")
     from transformers import AutoTokenizer
 
     try:
