@@ -5,7 +5,10 @@ with an empty reason."""
 
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 
 import datasets
 import pytest
@@ -55,6 +58,16 @@ def test_a_file_that_is_not_valid_json_names_the_line(tmp_path):
     message = rf"^Dataset file '{path}' is not valid JSON: line 3 \(row 1\), column 28: Expecting value\.$"
     with pytest.raises(ValueError, match=message):
         load_source(str(path))
+    # datasets' own log line came first ("Failed to load JSON from file ... in row 1"), in a process of its own
+    path.write_text('{"prompt": "hi", "answer": "1"}\n{"prompt": "x"\n')
+    code = (
+        f"from verl.data.sources import load_source\ntry: load_source({str(path)!r})\nexcept ValueError as e: print(e)"
+    )
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=repo)
+    assert "is not valid JSON: line 2 (row 1), column 15: Expecting ','" in proc.stdout, proc.stderr[-2000:]
+    assert "Failed to load JSON" not in proc.stderr
     path = tmp_path / "train.json"
     path.write_text('[{"prompt": "hi", "answer": "1"},\n {"prompt": "hi" "answer": "2"}]')
     with pytest.raises(

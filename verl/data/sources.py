@@ -230,6 +230,10 @@ def _load_file(path: str) -> Any:
     if builder in ("json", "csv"):
         _check_utf8(path)
     _check_datasets_cache()
+    # its "Failed to load JSON from file ... in row 1" came before the error below, which says where, by line
+    json_log = logging.getLogger("datasets.packaged_modules.json.json")
+    level = json_log.level
+    json_log.setLevel(logging.CRITICAL)
     try:
         with datasets_progress_bars_off():  # a local file parses in moments: its progress bar only adds lines
             loaded = datasets.load_dataset(builder, data_files=path, split="train")
@@ -246,6 +250,8 @@ def _load_file(path: str) -> Any:
         raise ValueError(
             f"Could not read dataset file {path!r}: {reason}. Check that it is valid {builder}."
         ) from error
+    finally:
+        json_log.setLevel(level)
     if len(loaded) == 0:
         raise ValueError(_NO_ROWS.format(path=path))
     if builder == "json":
