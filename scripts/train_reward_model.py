@@ -52,7 +52,9 @@ def read_pairs(path: str) -> list[dict[str, str]]:
     try:
         source = load_source(path)
     except (OSError, TypeError, ValueError) as error:
-        raise PairFileError(f"{path}: {str(error).rstrip('.')}; give a file of prompt/chosen/rejected rows.") from None
+        said = str(error).rstrip(".")  # names the file, and often what to give ("give a file with at least one row")
+        advice = "" if "; give " in said else "; give a file of prompt/chosen/rejected rows"
+        raise PairFileError(f"{said if path in said else f'{path}: {said}'}{advice}.") from None
     implicit = "prompt" not in source.columns  # TRL's implicit prompt: whole conversations in chosen and rejected
     for key in PAIR_KEYS[1:]:
         if key not in source.columns:

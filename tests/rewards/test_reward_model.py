@@ -208,7 +208,12 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
     with pytest.raises(script.PairFileError, match=r"is not valid JSON: line 1 \(row 0\), column 2"):
         script.read_pairs(str(path))
     assert script.main(["--model", "m", "--train", str(path), "--output", str(tmp_path / "out")]) == 2
-    assert f"train_reward_model: {path}: Dataset file '{path}' is not valid JSON: line 1" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the file named once
+    assert f"train_reward_model: Dataset file '{path}' is not valid JSON: line 1" in err
+    assert err.rstrip().endswith("; give a file of prompt/chosen/rejected rows.")
+    path.write_text("")  # the loader's advice alone (it was given twice)
+    with pytest.raises(script.PairFileError, match=r"is empty; give a file with at least one row\.$"):
+        script.read_pairs(str(path))
     path.write_text(good + "\n")
     (tmp_path / "no_weights").mkdir()
     (tmp_path / "no_weights" / "config.json").write_text("{}")
