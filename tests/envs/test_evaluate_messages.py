@@ -555,6 +555,51 @@ def test_inputs_are_checked_before_the_first_episode(monkeypatch, tmp_path, caps
     with pytest.raises(SystemExit, match=r"--output .*rows.jsonl is the --data file: it would be overwritten"):
         run_evaluate(monkeypatch, tmp_path, capsys, {"a": ["1"]}, rows[:1], "--output", str(data))
     assert json.loads(data.read_text()) == rows[0]
+    # the reward's (or the environment's) own .py file was replaced by the records, with exit status 0
+    reward = tmp_path / "rewards.py"
+    reward.write_text(REWARDS)
+    with pytest.raises(SystemExit, match=r"--output .*rewards.py is the --reward file: it would be overwritten"):
+        run_evaluate(
+            monkeypatch,
+            tmp_path,
+            capsys,
+            {"a": ["1"]},
+            rows[:1],
+            "--reward",
+            f"{reward}:both",
+            "--output",
+            str(reward),
+        )
+    assert reward.read_text() == REWARDS
+
+
+def test_a_run_that_fails_keeps_the_earlier_output(monkeypatch, tmp_path, capsys):
+    """--output was emptied before the first episode: a run that then failed (a reward that raised) left an earlier
+    run's records as an empty file. The records replace it once every row ran; the failed run's are in .partial."""
+    (tmp_path / "rewards.py").write_text(REWARDS)
+    script = {"a": ["1"], "b": ["0"], "c": ["0"]}
+    rows = [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}, {"prompt": "c", "answer": "3"}]
+    output = tmp_path / "episodes.jsonl"
+    run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--output", str(output))
+    earlier = output.read_text()
+    assert len(earlier.splitlines()) == 3 and not os.path.exists(f"{output}.partial")
+    with pytest.raises(SystemExit, match=r"row 1: .*cannot grade this one"):
+        run_evaluate(
+            monkeypatch,
+            tmp_path,
+            capsys,
+            script,
+            rows,
+            "--reward",
+            f"{tmp_path / 'rewards.py'}:raising",
+            "--output",
+            str(output),
+        )
+    assert output.read_text() == earlier
+    assert len(open(f"{output}.partial").read().splitlines()) == 1
+    assert f"the 1 episode(s) before the error are in {output}.partial; --output {output} is as it was" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_request_the_endpoint_never_answers_times_out(tmp_path):

@@ -733,8 +733,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"--timeout must be positive and --max-retries at least 0, got {args.timeout} and {args.max_retries}."
             )
-        if args.output and os.path.exists(args.output) and _same_file(args.output, args.data):
-            raise ValueError(f"--output {args.output} is the --data file: it would be overwritten; write elsewhere.")
+        _check_output_is_no_input(args)
         rows = read_rows(args.data, args.prompt_key, args.limit, args.answer_key)
         template = _format_template(args.format_prompt)
         prompts = [row_prompt(row, index, args, template) for index, row in enumerate(rows)]
@@ -791,9 +790,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"evaluate: --output {args.output} cannot be written ({folder} is not a folder).")
             if folder is not None:  # a folder that does not exist yet is made, as the trainer's rollout_dir is
                 os.makedirs(folder, exist_ok=True)
-            output = cleanup.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else None
+            # written beside it and moved over it at the end: a run that fails keeps an earlier run's --output
+            partial = f"{args.output}.partial"
+            output = cleanup.enter_context(open(partial, "w", encoding="utf-8")) if args.output else None
         except OSError as error:
             raise SystemExit(f"evaluate: --output {args.output} cannot be written ({error.strerror}).") from None
+        finished: list[bool] = []
+        if output is not None:
+            cleanup.callback(_settle_output, output, args.output, lines, finished)
         data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
         firsts = []  # every row's images are checked before the first episode (PIL reads the headers only)
         for index, row in enumerate(rows):
@@ -853,11 +857,49 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(line), flush=True)
             lines.append(line)
             if output is not None:
-                record = episode_record(index, setup, result, score, output.name)
+                record = episode_record(index, setup, result, score, args.output)
                 output.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
                 output.flush()
+        finished.append(True)
     print(json.dumps(summarize(lines, scores)))
     return 0
+
+
+def _settle_output(output: Any, path: str, lines: list[Any], finished: list[bool]) -> None:
+    """The run's episodes replace --output once every row ran; a run that stopped keeps the earlier --output and
+    leaves its episodes in <output>.partial (none: removed)."""
+    output.close()
+    if finished:
+        os.replace(output.name, path)
+    elif lines:
+        print(
+            f"evaluate: the {len(lines)} episode(s) before the error are in {output.name}; --output {path} is as it "
+            "was.",
+            file=sys.stderr,
+        )
+    else:
+        os.remove(output.name)
+
+
+def _check_output_is_no_input(args: argparse.Namespace) -> None:
+    """--output must not be a file the run reads (it was replaced by the episodes: the environment's own .py file),
+    nor inside a --data folder (the next run would read it as data)."""
+    if not args.output:
+        return
+    output = os.path.abspath(os.path.expanduser(args.output))
+    inputs = [("--data", args.data), ("--format-prompt", args.format_prompt)]
+    inputs += [
+        (option, (spec or "").rpartition(":")[0]) for option, spec in (("--env", args.env), ("--reward", args.reward))
+    ]
+    for option, path in inputs:
+        if path and os.path.exists(output) and _same_file(output, path):
+            raise ValueError(f"--output {args.output} is the {option} file: it would be overwritten; write elsewhere.")
+    data = os.path.abspath(os.path.expanduser(args.data))
+    if os.path.isdir(data) and output.startswith(data.rstrip(os.sep) + os.sep):
+        raise ValueError(
+            f"--output {args.output} is inside the --data folder {args.data}: the next run would read it as data; "
+            "write elsewhere."
+        )
 
 
 def _same_file(one: str, other: str) -> bool:
