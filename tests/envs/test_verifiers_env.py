@@ -288,6 +288,16 @@ def test_the_exports_bad_options_are_one_line_and_an_earlier_export_survives_a_f
     with pytest.raises(SystemExit, match="export: "):  # a taskset that fails: the earlier file stays whole
         verifiers_main(["export", "--env", tasksets["arith"], "--output", str(earlier), "--env-kwargs", '{"x": 1}'])
     assert earlier.read_text() == before
+    # --output naming the taskset's own .py file replaced it with the tasks (exit 0)
+    source = tasksets["arith"].rpartition(":")[0]
+    text = open(source).read()
+    with pytest.raises(SystemExit) as exit_code:
+        verifiers_main(["export", "--env", tasksets["arith"], "--output", source])
+    assert exit_code.value.code == 2 and "is the --env file: it would be overwritten" in capsys.readouterr().err
+    assert open(source).read() == text
+    # a folder that does not exist yet is made (it failed naming a hidden temporary file)
+    assert verifiers_main(["export", "--env", tasksets["arith"], "--output", str(tmp_path / "new" / "a.jsonl")]) == 0
+    assert (tmp_path / "new" / "a.jsonl").read_text()
 
 
 def test_unsupported_prompts_and_a_missing_package_are_refused(tasksets, monkeypatch):

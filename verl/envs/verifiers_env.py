@@ -665,8 +665,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(
                 f"export: --env {spec!r} must be path/to/taskset.py:TasksetClass or verifiers:<taskset id>."
             )
+        if os.path.isfile(taskset) and os.path.exists(args.output) and os.path.samefile(taskset, args.output):
+            parser.error(f"--output '{args.output}' is the --env file: it would be overwritten; write elsewhere.")
     try:
         env = load_verifiers_environment(taskset, env_kwargs, class_name)
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)  # as evaluate's --output
         count = export(env, args.output, args.limit)
     except (ValueError, NotImplementedError) as error:
         raise SystemExit(f"export: {error}") from None
