@@ -137,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         output = args.output or os.path.splitext(args.rollout_dir)[0] + ".html"
     else:
         output = args.output or os.path.join(args.rollout_dir, "index.html")
+    read = [args.rollout_dir] if os.path.isfile(args.rollout_dir) else glob.glob(f"{args.rollout_dir}/step_*.jsonl")
+    if os.path.exists(output) and any(os.path.samefile(output, path) for path in read):  # the page replaced them
+        print(f"rollout_viewer: {output} is a records file it reads; choose another --output.", file=sys.stderr)
+        return 2
     try:
         with open(output, "w", encoding="utf-8") as f:
             f.write(render_html(records, images, title))

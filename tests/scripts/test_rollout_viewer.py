@@ -369,6 +369,12 @@ def test_viewer_cli(tokenizer, tmp_path, capsys):
     (bad / "step_1.jsonl").write_bytes(b'{"response": "r"}\n')
     assert viewer.main([str(bad), "-o", str(tmp_path / "missing" / "page.html")]) == 1
     assert f"cannot write {tmp_path / 'missing' / 'page.html'}: No such file" in capsys.readouterr().err
+    # the page over a records file it reads (-o naming one, or a records file named *.html): the records were lost
+    records = bad / "episodes.html"
+    records.write_bytes(b'{"response": "r"}\n')
+    for argv in ([str(bad), "-o", str(bad / "step_1.jsonl")], [str(records)]):
+        assert viewer.main(argv) == 2 and "is a records file it reads; choose another" in capsys.readouterr().err
+    assert (bad / "step_1.jsonl").read_bytes() == records.read_bytes() == b'{"response": "r"}\n'
 
 
 def test_a_new_or_resumed_run_sets_the_later_dumps_of_an_earlier_run_aside(tokenizer, tmp_path, caplog):
