@@ -342,7 +342,7 @@ def merge(
             if given:
                 raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop {flag}.")
     own = target_dir == os.path.abspath(default)  # the checkpoint's huggingface/ or adapter folder
-    with _staged(target_dir, own, replaced=_earlier_export(target_dir, own)) as out:
+    with _staged(target_dir, own, replaced=_earlier_export(target_dir, own, hf_dir)) as out:
         if adapter_config is not None:
             merge_lora(local_dir, adapter_config, out, dtype, adapter_only, base_model, trust_remote_code)
         else:
@@ -397,22 +397,26 @@ def _merge_full(local_dir: str, hf_dir: str, target_dir: str, torch_dtype: Any, 
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
 
 
-def _earlier_export(target_dir: str, own: bool) -> list[str]:
+def _earlier_export(target_dir: str, own: bool, hf_dir: str) -> list[str]:
     """Weights or adapter files already in `target_dir` would stay beside the export's (other shards; an
     adapter_config.json that makes the folder load as an adapter): in the checkpoint's own folder (`own`, the default
-    target) they are an earlier export of it, to replace (their names); in a folder the user named, ValueError."""
+    target) they are an earlier export of it, to replace (their names); in a folder the user named, ValueError, as
+    for the files the export writes there (the config, the tokenizer's: they were overwritten)."""
     from verl.models.lora import ADAPTER_CONFIG_FILE
 
     if not os.path.isdir(target_dir):
         return []
-    found = sorted(
-        name for name in os.listdir(target_dir) if name.endswith(WEIGHT_FILE_SUFFIXES) or name == ADAPTER_CONFIG_FILE
-    )
-    if found and not own:
-        raise ValueError(
-            f"--target_dir '{target_dir}' already holds {', '.join(found[:4])}{' ...' if len(found) > 4 else ''}, "
-            "which would stay beside the export's files; choose an empty or new folder, or delete them."
-        )
+    names = os.listdir(target_dir)
+    found = sorted(name for name in names if name.endswith(WEIGHT_FILE_SUFFIXES) or name == ADAPTER_CONFIG_FILE)
+    if not own:
+        written = {"config.json", "generation_config.json", *os.listdir(hf_dir)}
+        clashes = sorted({*found, *(name for name in names if name in written)})
+        if clashes:
+            raise ValueError(
+                f"--target_dir '{target_dir}' already holds {', '.join(clashes[:4])}"
+                f"{' ...' if len(clashes) > 4 else ''}, which the export would overwrite or leave beside its files; "
+                "choose an empty or new folder, or delete them."
+            )
     return found
 
 

@@ -147,6 +147,14 @@ def test_a_target_holding_weights_is_refused_and_the_checkpoints_own_is_replaced
     with pytest.raises(ValueError, match=r"already holds adapter_config.json, model-00002-of-00002.safetensors"):
         merger.merge(actor, str(target))
     assert sorted(os.listdir(target)) == ["adapter_config.json", "model-00002-of-00002.safetensors"]
+    other = tmp_path / "other"  # another model's config and tokenizer, no weights: they were overwritten
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    (other / "tokenizer_config.json").write_text("{}")
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"already holds config.json, tokenizer_config.json, which the export would"):
+        merger.merge(actor, str(other))
+    assert (other / "config.json").read_text() == "{}"
     step = tmp_path / "global_step_1"
     shutil.copytree(os.path.dirname(actor), step)
     own = step / "actor" / "huggingface"
