@@ -752,3 +752,25 @@ def test_a_local_tokenizer_folder_that_does_not_exist_is_named_as_such(tmp_path)
         with pytest.raises(SystemExit, match=re.escape(f"evaluate: --tokenizer {path} {what}")):
             _prompt_renderer(str(path), True, {})
     assert _prompt_renderer(str(tmp_path / "missing"), False, {}) is None  # --model's folder: no renderer
+
+
+def test_an_endpoint_that_answers_no_chat_completion_is_one_line(monkeypatch, tmp_path, capsys):
+    """An endpoint that answered HTML, a JSON object without choices or an empty model list: a TypeError, IndexError
+    or AttributeError from inside the episode."""
+    import openai
+
+    from verl.envs import evaluate
+
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n")
+    argv = ["--data", str(tmp_path / "rows.jsonl"), "--base-url", "http://unused/v1"]
+    for reply in ("<html>not found</html>", types.SimpleNamespace(choices=[]), types.SimpleNamespace(id="x")):
+        client = ScriptedClient({})
+        client.chat.completions.create = lambda reply=reply, **request: reply
+        monkeypatch.setattr(openai, "OpenAI", lambda client=client, **kw: client)
+        with pytest.raises(SystemExit, match=r"row 0: the endpoint .* did not answer with a chat completion \(the"):
+            evaluate.main(argv)
+    client = ScriptedClient({})
+    client.models = types.SimpleNamespace(list=lambda: types.SimpleNamespace(data=[]))
+    monkeypatch.setattr(openai, "OpenAI", lambda **kw: client)
+    with pytest.raises(SystemExit, match=r"lists no models \(GET /models\); pass --model"):
+        evaluate.main(argv)

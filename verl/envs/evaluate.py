@@ -344,15 +344,29 @@ def _within_budget(budget: ResponseBudget, request: dict[str, Any]) -> Any:
     return reply
 
 
+class EndpointReplyError(ValueError):
+    """The endpoint answered a chat request with something that is no chat completion."""
+
+
+def _completion(reply: Any) -> Any:
+    """`reply`, checked to be a chat completion with a choice (an endpoint that is no OpenAI-compatible one answered
+    HTML, or a JSON object without choices: a TypeError or IndexError deep in the episode)."""
+    choices = getattr(reply, "choices", None)
+    if not choices or getattr(choices[0], "message", None) is None:
+        shown = str(reply)[:120] if isinstance(reply, str) else f"a {type(reply).__name__} with choices={choices!r}"
+        raise EndpointReplyError(f"the reply is no chat completion: {shown}")
+    return reply
+
+
 def budgeted(create: Any, budget: ResponseBudget | None, request: dict[str, Any]) -> Any:
     """`create(**request)` within `budget` (None: as it is); None when no room is left (`_within_budget`)."""
     if budget is None:
-        return create(**request)
+        return _completion(create(**request))
     steps = _within_budget(budget, request)
     try:
         sent = next(steps)
         while True:
-            sent = steps.send(create(**sent))
+            sent = steps.send(_completion(create(**sent)))
     except StopIteration as taken:
         return taken.value
 
@@ -360,12 +374,12 @@ def budgeted(create: Any, budget: ResponseBudget | None, request: dict[str, Any]
 async def budgeted_async(create: Any, budget: ResponseBudget | None, request: dict[str, Any]) -> Any:
     """`budgeted` with an async `create`."""
     if budget is None:
-        return await create(**request)
+        return _completion(await create(**request))
     steps = _within_budget(budget, request)
     try:
         sent = next(steps)
         while True:
-            sent = steps.send(await create(**sent))
+            sent = steps.send(_completion(await create(**sent)))
     except StopIteration as taken:
         return taken.value
 
@@ -764,6 +778,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"evaluate: the endpoint --base-url {args.base_url} did not answer ({error}); start one, e.g. "
                 "`python -m verl.serve --model DIR --port 8000`."
             ) from None
+        except (AttributeError, IndexError, TypeError):  # an empty list, or an answer that is no list of models
+            raise SystemExit(
+                f"evaluate: the endpoint --base-url {args.base_url} lists no models (GET /models); pass --model."
+            ) from None
         tokenizer = args.tokenizer or (model if os.path.isdir(model) else None)
         render = _prompt_renderer(tokenizer, args.tokenizer is not None, template_kwargs)
         if scorer is not None and render is None:
@@ -836,6 +854,11 @@ def main(argv: list[str] | None = None) -> int:
             except openai.APIError as error:  # the endpoint refused a request or went away
                 raise SystemExit(
                     f"evaluate: row {index}: the endpoint --base-url {args.base_url} failed: {error}"
+                ) from None
+            except EndpointReplyError as error:
+                raise SystemExit(
+                    f"evaluate: row {index}: the endpoint --base-url {args.base_url} did not answer with a chat "
+                    f"completion ({error}); is it an OpenAI-compatible /v1 endpoint?"
                 ) from None
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}
             score: dict[str, float] = {}
