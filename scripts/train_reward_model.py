@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=positive(int), default=8, help="pairs per optimizer step, all ranks")
     parser.add_argument("--micro-batch-size", type=positive(int), default=4, help="pairs per forward per rank")
     parser.add_argument("--lr", type=positive(float), default=1e-5, help="AdamW learning rate (default: 1e-5)")
-    parser.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default: 0)")
+    parser.add_argument("--weight-decay", type=positive(float, zero=True), default=0.0, help="AdamW weight decay")
     parser.add_argument("--max-grad-norm", type=positive(float), default=1.0, help="gradient clipping (default: 1)")
     parser.add_argument("--max-length", type=int, default=1024, help="tokens per conversation, cut from the left")
     parser.add_argument("--seed", type=int, default=0, help="shuffling and score-head seed (default: 0)")

@@ -166,6 +166,8 @@ def test_size_is_adjustable_and_spec_is_recorded(tmp_path):
         ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads=3"),
         ({"vocab_size": 100}, "vocab_size=100"),
         ({"min_pixels": 10, "max_pixels": 5}, "min_pixels=10"),
+        ({"initializer_range": -1.0}, "initializer_range=-1.0 must be a finite number >= 0"),  # torch's traceback
+        ({"initializer_range": float("nan")}, "initializer_range=nan must be a finite number"),
         ({"kind": "qwen3_5", "hidden_size": 128, "num_heads": 8, "num_kv_heads": 2}, "kind=qwen3_5: hidden_size=128"),
     ],
 )

@@ -70,9 +70,13 @@ def test_positive_counts_are_argparse_errors_naming_the_option(capsys):
     parser.add_argument("--repeats", type=positive(int), default=2)
     parser.add_argument("--lr", type=positive(float), default=1.0)
     parser.add_argument("--concurrent", type=positive_ints, default=[20])
-    args = parser.parse_args(["--repeats", "3", "--lr", "1e-5", "--concurrent", "20,100"])
-    assert (args.repeats, args.lr, args.concurrent) == (3, 1e-5, [20, 100])
+    parser.add_argument("--decay", type=positive(float, zero=True), default=0.0)
+    args = parser.parse_args(["--repeats", "3", "--lr", "1e-5", "--concurrent", "20,100", "--decay", "0"])
+    assert (args.repeats, args.lr, args.concurrent, args.decay) == (3, 1e-5, [20, 100], 0.0)
     for argv, message in (
+        (["--lr", "nan"], "argument --lr: must be positive, got nan"),  # accepted: nan <= 0 is false
+        (["--lr", "inf"], "argument --lr: must be positive, got inf"),
+        (["--decay", "-1"], "argument --decay: must be zero or positive, got -1"),  # after the model loaded
         (["--repeats", "0"], "argument --repeats: must be positive, got 0"),
         (["--lr", "-1"], "argument --lr: must be positive, got -1"),
         (["--concurrent", "20,x"], "argument --concurrent: must be a positive int, got 'x'"),

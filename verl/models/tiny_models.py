@@ -483,6 +483,8 @@ class TinyModelSpec:
             )
         if not 0 < self.min_pixels <= self.max_pixels:
             raise ValueError(f"min_pixels={self.min_pixels} and max_pixels={self.max_pixels} need 0 < min <= max.")
+        if not 0 <= self.initializer_range < float("inf"):  # a traceback from torch: "normal expects std >= 0"
+            raise ValueError(f"initializer_range={self.initializer_range} must be a finite number >= 0.")
 
     @property
     def is_vl(self) -> bool:

@@ -8,6 +8,7 @@ with exit code 2; `load_config_or_exit` does all of that once, so the two entry 
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -74,16 +75,18 @@ def load_config_or_exit(
     return config
 
 
-def positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: a `kind` (int or float) above 0, else argparse's one-line error naming the option."""
+def positive(kind: type, zero: bool = False) -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` (int or float) above 0 (`zero`: or 0), else argparse's one-line error naming
+    the option (nan and inf passed as floats above 0)."""
+    word = "zero or positive" if zero else "positive"
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a positive {kind.__name__}, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+            raise argparse.ArgumentTypeError(f"must be a {word} {kind.__name__}, got {text!r}") from None
+        if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {word}, got {text}")
         return value
 
     return parse
