@@ -158,7 +158,7 @@ def merge_lora(
         )
     _check_trained_on(local_dir, base_path)
     scaling = lora_scaling(adapter_config)
-    config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
+    config = _auto_config(hf_dir, trust_remote_code)
     try:  # a missing folder or hub id, not a write error
         model, loading = model_class(config).from_pretrained(
             base_path,
@@ -262,6 +262,21 @@ def _checkpoint_index(local_dir: str) -> dict[str, Any]:
             f"Checkpoint '{local_dir}/.metadata' cannot be read ({type(error).__name__}: {error}): the checkpoint's "
             "index is missing or damaged; restore it from a copy or export another step."
         ) from None
+
+
+def _auto_config(hf_dir: str, trust_remote_code: bool) -> Any:
+    """The checkpoint's model config; a model type this transformers does not know is one line naming the file (it
+    was transformers' paragraphs of advice, the file unnamed)."""
+    import transformers
+    from transformers import AutoConfig
+
+    model_type = _config_json(hf_dir).get("model_type")
+    if not trust_remote_code and isinstance(model_type, str) and model_type not in transformers.CONFIG_MAPPING:
+        raise ValueError(
+            f"'{hf_dir}/config.json' has model_type {model_type!r}, which transformers {transformers.__version__} "
+            "does not know; install a version that does (or pass --trust_remote_code for a model of its own code)."
+        )
+    return AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
 
 
 def _config_json(hf_dir: str) -> dict[str, Any]:
@@ -374,12 +389,22 @@ def _staged(target_dir: str, own: bool, replaced: list[str]) -> Iterator[str]:
 
 def _merge_full(local_dir: str, hf_dir: str, target_dir: str, torch_dtype: Any, trust_remote_code: bool) -> None:
     """A full model's checkpoint as its Hugging Face class in `target_dir`, with the side files of `hf_dir`."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
+    config = _auto_config(hf_dir, trust_remote_code)
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
     model = model_class(config).from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+    saved = _checkpoint_index(local_dir)  # shapes first: load_state_dict's "size mismatch" was a traceback
+    wrong = [
+        (key, list(saved[f"model.{key}"].size), list(value.shape))
+        for key, value in model.state_dict().items()
+        if f"model.{key}" in saved and tuple(saved[f"model.{key}"].size) != tuple(value.shape)
+    ]
+    if wrong:
+        key, there, here = wrong[0]
+        raise ValueError(
+            f"Checkpoint '{local_dir}' does not match its {HF_SUBDIR}/config.json ({len(wrong)} tensor(s); {key}: "
+            f"checkpoint {there}, config {here}); the config was changed or belongs to another model."
+        )
     missing, unexpected = model.load_state_dict(_load_checkpoint_tensors(local_dir), strict=False)
     tied = {"lm_head.weight"} if getattr(config.get_text_config(), "tie_word_embeddings", False) else set()
     missing = [key for key in missing if key not in tied]

@@ -353,6 +353,22 @@ def test_a_damaged_index_or_config_without_an_integrity_record_is_named(
     assert f"{copied}{message}" in proc.stderr
 
 
+def test_a_config_that_does_not_fit_the_checkpoint_is_named(checkpoint, tmp_path) -> None:
+    """An edited huggingface/config.json (another size, an unknown model type): a 'size mismatch' RuntimeError
+    traceback, or transformers' paragraphs that never named the file."""
+    actor, _ = checkpoint
+    for edit, message in (
+        ({"intermediate_size": 96}, r"does not match its huggingface/config.json \(\d+ tensor\(s\); model.layers.0"),
+        ({"model_type": "nosuchmodel"}, r"has model_type 'nosuchmodel', which transformers .* does not know"),
+    ):
+        copied = tmp_path / f"actor_{len(edit)}_{next(iter(edit))}"
+        shutil.copytree(actor, copied)
+        config = json.loads((copied / "huggingface" / "config.json").read_text())
+        (copied / "huggingface" / "config.json").write_text(json.dumps({**config, **edit}))
+        with pytest.raises(ValueError, match=message):
+            merger.merge(str(copied), str(tmp_path / f"out_{next(iter(edit))}"))
+
+
 def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_path) -> None:
     """The default target is the step's own actor/huggingface/, whose config files the export rewrites (the
     weights' dtype): the step's integrity record follows, so the step still resumes and merges again."""
