@@ -127,7 +127,6 @@ def merge_lora(
 
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoConfig
 
     from verl.models.lora import lora_merge_plan_from_names, lora_scaling, merge_weight, peft_adapter_state
 
