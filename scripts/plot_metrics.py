@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot_metrics: --output {args.output} is a folder; give the image's file name.", file=sys.stderr)
         return 2
     rows = numbers_only(rows, (args.reward_key, args.accuracy_key))
+    if not any(args.reward_key in row or args.accuracy_key in row for row in rows):  # an empty plot, exit 0
+        print(f"plot_metrics: no numbers of {args.reward_key} or {args.accuracy_key} to plot.", file=sys.stderr)
+        return 2
+    if not os.path.splitext(args.output)[1]:  # matplotlib writes <output>.png
+        args.output += ".png"
     try:
         plot(rows, args.output, args.accuracy_key, args.reward_key, run_title(args.log_dir))
     except ValueError as err:  # matplotlib: an image format it does not write

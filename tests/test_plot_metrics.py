@@ -102,3 +102,9 @@ def test_values_that_are_not_numbers_and_a_folder_as_output(tmp_path, capsys):
     assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "plots")]) == 2
     assert f"--output {tmp_path / 'plots'} is a folder; give the image's file name" in capsys.readouterr().err
     assert not (tmp_path / "plots.png").exists()
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "noext")]) == 0  # it wrote noext.png
+    assert f"plot: {tmp_path / 'noext.png'}" in capsys.readouterr().out and (tmp_path / "noext.png").exists()
+    rows[1]["critic/score/mean"] = rows[1]["val/accuracy_reward"] = "n/a"  # nothing to plot: an empty plot, exit 0
+    (tmp_path / "experiment_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "b.png")]) == 2
+    assert "no numbers of critic/score/mean or val/accuracy_reward to plot" in capsys.readouterr().err
