@@ -748,8 +748,8 @@ def test_a_local_tokenizer_folder_that_does_not_exist_is_named_as_such(tmp_path)
     from verl.envs.evaluate import _prompt_renderer
 
     (tmp_path / "a_file").write_text("")
-    for path, what in ((tmp_path / "missing", "does not exist (from "), (tmp_path / "a_file", "is a file, not a")):
-        with pytest.raises(SystemExit, match=re.escape(f"evaluate: --tokenizer {path} {what}")):
+    for path, what in ((tmp_path / "missing", "does not exist"), (tmp_path / "a_file", "is a file, not a folder")):
+        with pytest.raises(SystemExit, match=re.escape(f"evaluate: --tokenizer '{path}' {what}")):
             _prompt_renderer(str(path), True, {})
     assert _prompt_renderer(str(tmp_path / "missing"), False, {}) is None  # --model's folder: no renderer
 

@@ -1018,10 +1018,12 @@ def _prompt_renderer(tokenizer_path: str | None, given: bool, template_kwargs: d
     template is a SystemExit, a --model folder without one gives None)."""
     if tokenizer_path is None:
         return None
-    path = os.path.expanduser(tokenizer_path)
-    if given and tokenizer_path.startswith((".", "/", "~")) and not os.path.isdir(path):  # else read as a hub id:
-        what = "is a file, not a folder" if os.path.exists(path) else f"does not exist (from {os.getcwd()})"
-        raise SystemExit(f"evaluate: --tokenizer {tokenizer_path} {what}; give the tokenizer's folder or a hub id.")
+    if given and not os.path.isdir(os.path.expanduser(tokenizer_path)):  # a local path was read as a hub id
+        from verl.models.config import model_folder_problem
+
+        problem = model_folder_problem(tokenizer_path, "--tokenizer")  # None for a hub id
+        if problem is not None:
+            raise SystemExit(f"evaluate: {problem}")
     from transformers import AutoTokenizer
 
     try:
