@@ -121,7 +121,10 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     """The two CPU ranks run one tensor-parallel engine (as GPU runs do by default), and every weight sync is checked:
     the sharded engine's log-probs equal the actor's."""
     tensor_parallel = ("worker.rollout.tensor_parallel_size=2", "worker.rollout.verify_weight_sync=true")
-    config = load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true", *tensor_parallel))
+    logged_samples = "trainer.val_generations_to_log=2"
+    config = load_config(
+        text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true", logged_samples, *tensor_parallel)
+    )
     with caplog.at_level(logging.INFO, logger="verl.trainer.ray_trainer"):
         val_metrics = run_ppo(config)
     val_prompts = sum(1 for _ in open(config.data.val_files))
@@ -158,6 +161,15 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     assert os.path.isdir(save_dir / "global_step_2" / "actor")
     tracker = json.loads((save_dir / "checkpoint_tracker.json").read_text())
     assert tracker["last_global_step"] == 2
+    # two validation samples logged at each validation, the same two: only those are decoded
+    samples = [json.loads(line) for line in (save_dir / "generations.jsonl").read_text().splitlines()]
+    assert [sample["step"] for sample in samples] == [0, 0, 2, 2]
+    val_rows = [json.loads(line) for line in open(config.data.val_files)]
+    for sample in samples:
+        (row,) = [row for row in val_rows if row["prompt"] in sample["prompt"]]  # with the template's text
+        assert sample["ground_truth"] == row["answer"]
+        assert sample["score"] in (0.0, 1.0)
+    assert [sample["prompt"] for sample in samples[:2]] == [sample["prompt"] for sample in samples[2:]]
     # the same command again: it resumes at its last step, so it says there is nothing to train, before any worker
     with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
         assert run_ppo(load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true"))) == {}

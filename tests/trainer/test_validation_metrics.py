@@ -1,10 +1,11 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The validation's per-prompt and per-source figures: best@n over each prompt's samples, and the mean per source."""
+"""The validation's per-prompt and per-source figures: best@n over each prompt's samples, and the mean per source;
+the samples it logs."""
 
 import pytest
 
-from verl.trainer.metrics import reduce_metrics, validation_score_metrics
+from verl.trainer.metrics import reduce_metrics, rows_to_log, validation_score_metrics
 
 
 def test_best_of_n_takes_each_prompts_best_sample_and_sources_split_the_set():
@@ -55,3 +56,12 @@ def test_ranks_reports_are_averaged_but_a_maximum_is_the_largest_and_a_minimum_t
             "perf/terminal_memory": 1.5,
         }
     )
+
+
+def test_the_samples_to_log_are_drawn_once_and_are_the_same_at_every_validation():
+    picked = rows_to_log(1000, 3)
+    assert len(picked) == 3 and all(0 <= row < 1000 for row in picked)
+    assert rows_to_log(1000, 3) == picked  # the next validation logs the same samples
+    assert picked != set(range(3))  # drawn over the whole set, not its first rows
+    assert rows_to_log(5, 10) == set(range(5))
+    assert rows_to_log(5, 0) == set() and rows_to_log(0, 2) == set()

@@ -103,6 +103,15 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
     return metrics
 
 
+def rows_to_log(total: int, count: int) -> set[int]:
+    """Which of a validation's `total` samples trainer.val_generations_to_log logs: `count` of them drawn with a fixed
+    seed, the same ones every validation so that they can be compared over time. Known before generation, so that
+    only those are decoded (not every sample of a large set, to log two)."""
+    if count <= 0 or total <= 0:
+        return set()
+    return set(np.random.RandomState(42).permutation(total)[:count].tolist())
+
+
 def validation_score_metrics(
     scores: list[float], prompt_ids: list[str], sources: list[str] | None
 ) -> dict[str, float]:

@@ -53,6 +53,7 @@ from verl.trainer.metrics import (
     compute_timing_metrics,
     new_metric_store,
     reduce_metrics,
+    rows_to_log,
     validation_score_metrics,
 )
 from verl.trainer.preemption import StopRequest
@@ -503,6 +504,8 @@ class RayPPOTrainer:
         route_key = self.config.worker.reward.route_key
         metrics = new_metric_store()
         samples: list[tuple[str, str, str, float]] = []
+        to_log = rows_to_log(len(self.val_dataloader.dataset) * n, self.config.trainer.val_generations_to_log)
+        first_row = 0  # of this batch, counted over the whole validation set
         logger.info(  # a large validation set takes minutes, with nothing else on the console meanwhile
             "Validation at step %d: %d prompts x %d sample(s), in %d batch(es).",
             self.global_step,
@@ -532,11 +535,13 @@ class RayPPOTrainer:
             append_metrics(metrics, applicable_values({f"val/{k}_reward": v for k, v in reward_metrics.items()}))
             lengths = batch.batch["response_mask"].sum(-1).float()
             append_metrics(metrics, {"val_response_length/mean": lengths.tolist()})
-            prompts, responses = decode_texts(batch, self.tokenizer)
-            truths = [
-                ("" if t is None else str(t)) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))
-            ]
-            samples.extend(zip(prompts, responses, truths, batch_scores))
+            rows = [i for i in range(len(batch)) if first_row + i in to_log]  # only these are decoded
+            first_row += len(batch)
+            if rows:
+                prompts, responses = decode_texts(batch[rows], self.tokenizer)
+                truths = batch.non_tensor_batch.get("ground_truth", [None] * len(batch))
+                truths = ["" if truths[i] is None else str(truths[i]) for i in rows]
+                samples.extend(zip(prompts, responses, truths, [batch_scores[i] for i in rows]))
         wg.release_rollout_engine()
         result = reduce_metrics(metrics)
         result["val/reward_score"] = float(np.mean(scores)) if scores else 0.0
@@ -545,16 +550,8 @@ class RayPPOTrainer:
         result.update(
             {key: value for key, value in reduce_metrics(synced).items() if key.startswith("rollout/weight_sync_")}
         )
-        self._log_generations(samples)
+        self.tracker.log_generations(samples, self.global_step)
         return result
-
-    def _log_generations(self, samples: list[tuple[str, str, str, float]]) -> None:
-        count = self.config.trainer.val_generations_to_log
-        if count <= 0 or not samples:
-            return
-        rng = np.random.RandomState(42)  # the same samples every validation, so they can be compared over time
-        picked = rng.permutation(len(samples))[:count]
-        self.tracker.log_generations([samples[i] for i in sorted(picked)], self.global_step)
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 
