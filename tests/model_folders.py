@@ -7,11 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safetensors.numpy import save_file
+
 
 def config_only_model(path: Path, config: dict[str, Any] | None = None) -> Path:
-    """`path` made a model folder as the config check sees it: `config` as its config.json ({} if None) and an empty
-    weights file."""
+    """`path` made a model folder as the config check sees it: `config` as its config.json ({} if None) and a weights
+    file without tensors."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config or {}))
-    (path / "model.safetensors").write_bytes(b"")
+    no_tensors(path / "model.safetensors")
     return path
+
+
+def no_tensors(path: Path) -> None:
+    """A safetensors file that holds no tensor: it opens, as the config check opens every weights file."""
+    save_file({}, str(path))

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.model_folders import no_tensors
 from verl.envs.tools import HERMES, ToolCallFormat
 from verl.serve import (
     ChatEngine,
@@ -83,8 +84,12 @@ def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, 
     damaged = tmp_path / "damaged"  # a traceback from the engine's settings, naming the trainer's model_path
     damaged.mkdir()
     (damaged / "config.json").write_text("{garbage")
-    (damaged / "model.safetensors").write_bytes(b"")
+    no_tensors(damaged / "model.safetensors")
     (tmp_path / "a_file").write_text("")
+    cut = tmp_path / "cut"  # a download that stopped: the engine started, then a traceback
+    cut.mkdir()
+    (cut / "config.json").write_text("{}")
+    (cut / "model.safetensors").write_bytes(b"\x08\x00\x00\x00")
     for argv, message in (
         (["--model", str(damaged)], f"--model: cannot read '{damaged / 'config.json'}' as JSON: Expecting property"),
         (["--model", str(tmp_path / "a_file")], f"--model '{tmp_path / 'a_file'}' is a file, not a folder"),
@@ -92,6 +97,7 @@ def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, 
         (["--model", str(actor)], f"'{actor}' is a training checkpoint's sharded weights, not a Hugging Face model"),
         (["--model", str(actor / "huggingface")], "python scripts/model_merger.py --local_dir"),
         (["--model", str(tokenizer_only)], f"--model '{tokenizer_only}' is a folder without weights"),
+        (["--model", str(cut)], f"--model '{cut}': model.safetensors cannot be read (Error while deserializing"),
         (["--model", str(tmp_path), "--max-model-len", "0"], "--max-model-len and --kv-cache-mb must be positive"),
         (["--model", str(tmp_path), "--dtype", "bf17"], "argument --dtype: invalid choice: 'bf17'"),
         # a relative path that does not exist (a typo) was taken for a hub id: the engine started, then a traceback

@@ -10,9 +10,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import save_file
 
-from tests.model_folders import config_only_model
+from tests.model_folders import config_only_model, no_tensors
 from verl.trainer.config import PPOConfig, load_config
 from verl.trainer.main import main
 from verl.utils.config import ConfigError, describe_fields
@@ -521,7 +523,7 @@ def test_a_training_checkpoint_as_the_model_says_how_to_export_it(files):
         ) as err:
             load_config([*base_args(files), f"{key}={path}"])
         assert export in str(err.value)
-    (actor / "huggingface" / "model.safetensors").write_bytes(b"")  # exported: a model now
+    no_tensors(actor / "huggingface" / "model.safetensors")  # exported: a model now
     load_config([*base_args(files), f"worker.actor.model.model_path={actor / 'huggingface'}"])
 
 
@@ -1223,7 +1225,7 @@ def test_a_model_folder_without_config_or_weights_is_refused_naming_the_key(file
     (no_weights / "tokenizer.json").write_text("{}")
     sharded = config_only_model(tmp_path / "sharded", {"model_type": "qwen2"})
     (sharded / "model.safetensors").unlink()
-    (sharded / "model.safetensors.index.json").write_text("{}")
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
     cases = {
         f"worker.actor.model.model_path={empty}": "worker.actor.model.model_path='{}' is a folder without config.json "
         "or weights (*.safetensors or *.bin); give a Hugging Face model folder",
@@ -1247,6 +1249,40 @@ def test_a_model_folder_without_config_or_weights_is_refused_naming_the_key(file
     assert load_config([*args, f"worker.actor.model.model_path={sharded}"]).worker.actor.model.model_path == str(
         sharded
     )
+
+
+def test_weights_cut_short_or_missing_shards_are_refused_naming_the_file(files, tmp_path):
+    """A download or copy that stopped: the run got as far as the checkpoint-size estimate (a safetensors traceback),
+    or a worker's load."""
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    cut = config_only_model(tmp_path / "cut", {"model_type": "qwen2"})
+    save_file({"w": torch.zeros(64)}, str(cut / "model.safetensors"))
+    os.truncate(cut / "model.safetensors", os.path.getsize(cut / "model.safetensors") - 10)
+    garbage = config_only_model(tmp_path / "garbage", {"model_type": "qwen2"})
+    (garbage / "model.safetensors").write_bytes(b"<html>Not Found</html>")
+    sharded = config_only_model(tmp_path / "sharded", {"model_type": "qwen2"})
+    (sharded / "model.safetensors").rename(sharded / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    bad_index = config_only_model(tmp_path / "bad_index", {"model_type": "qwen2"})
+    (bad_index / "model.safetensors.index.json").write_text("[]")
+    for folder, message in (
+        (cut, "model.safetensors cannot be read (Error while deserializing header: incomplete metadata"),
+        (garbage, "model.safetensors cannot be read (Error while deserializing header"),
+        (
+            sharded,
+            "model.safetensors.index.json names 1 file(s) that are not there (model-00002-of-00002.safetensors)",
+        ),
+        (bad_index, "model.safetensors.index.json cannot be read (TypeError"),
+    ):
+        with pytest.raises(ConfigError) as error:
+            load_config([*args, f"worker.actor.model.model_path={folder}"])
+        assert str(error.value).startswith(f"worker.actor.model.model_path='{folder}': {message}"), error.value
+        assert str(error.value).endswith("copy or download the model again.")
+    (sharded / "model-00002-of-00002.safetensors").write_bytes(
+        (sharded / "model-00001-of-00002.safetensors").read_bytes()
+    )
+    load_config([*args, f"worker.actor.model.model_path={sharded}"])  # whole again
 
 
 def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):

@@ -347,6 +347,9 @@ WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin
 """How the weight files of a Hugging Face model folder end (one file, or shards with their index)."""
 
 
+DAMAGED_WEIGHTS_ADVICE = "a download or copy that stopped leaves such files: copy or download the model again."
+
+
 def missing_model_files(path: str | None) -> str | None:
     """What the local model folder `path` lacks of what transformers and vLLM load ("config.json", "weights
     (...)"); None where nothing is missing or `path` is no local folder (a hub id)."""
@@ -359,15 +362,45 @@ def missing_model_files(path: str | None) -> str | None:
     return " or ".join(missing) or None
 
 
+def weights_problem(path: str | None) -> str | None:
+    """What is wrong with the safetensors weights of the local model folder `path` (their headers alone are read): a
+    shard its index names that is not there, or a file that is cut short or no safetensors file, as a download or copy
+    that stopped leaves it. None where they open, or `path` is no local folder."""
+    if not path or not os.path.isdir(os.path.expanduser(path)):
+        return None
+    folder = os.path.expanduser(path)
+    names = set(os.listdir(folder))
+    index = "model.safetensors.index.json"
+    if index in names:
+        try:
+            with open(os.path.join(folder, index), encoding="utf-8") as f:
+                shards = set(json.load(f)["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            return f"{index} cannot be read ({type(error).__name__}: {error})"
+        if missing := sorted(str(shard) for shard in shards - names):
+            return f"{index} names {len(missing)} file(s) that are not there ({', '.join(missing[:3])})"
+    from safetensors import SafetensorError, safe_open
+
+    for name in sorted(name for name in names if name.endswith(".safetensors")):
+        try:
+            with safe_open(os.path.join(folder, name), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as error:
+            return f"{name} cannot be read ({error})"
+    return None
+
+
 def require_model_files(key: str, path: str | None) -> None:
-    """A local model folder (config key `key`) holds a config.json and weights, which the workers load; a hub id is
-    left to them."""
+    """A local model folder (config key `key`) holds a config.json and weights that open, which the workers load; a
+    hub id is left to them."""
     missing = missing_model_files(path)
     if missing:
         raise ConfigError(
             f"{key}='{path}' is a folder without {missing}; give a Hugging Face model folder (a training checkpoint "
             "is exported to one by scripts/model_merger.py)."
         )
+    if problem := weights_problem(path):
+        raise ConfigError(f"{key}='{path}': {problem}; {DAMAGED_WEIGHTS_ADVICE}")
 
 
 def model_folder_problem(path: str, name: str) -> str | None:
@@ -389,6 +422,8 @@ def model_folder_problem(path: str, name: str) -> str | None:
     problem = unexported_checkpoint(path)
     if problem is None and (missing := missing_model_files(path)):
         return f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory."
+    if problem is None and (damaged := weights_problem(path)):
+        return f"{name} '{path}': {damaged}; {DAMAGED_WEIGHTS_ADVICE}"
     if problem is None:
         try:
             read_model_config(name, os.path.expanduser(path))
