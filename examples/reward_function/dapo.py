@@ -22,7 +22,8 @@ accuracy: only the last 300 characters of the response are read. The prediction 
       4. \\text{..}, \\textbf{..}, \\overline{..} unwrapped up to the first "}", \\boxed{..} up to the last "}";
       5. shorthand \\frac12 -> \\frac{1}{2} and \\sqrt2 -> \\sqrt{2}; every "$" dropped;
       6. commas dropped when only digits remain without them; surrounding whitespace stripped.
-    The accuracy reward is +1.0 when they match and -1.0 otherwise. Note what is *not* done: no symbolic
+    The accuracy reward is +1.0 when they match and -1.0 otherwise. A ground truth that is a list of accepted answers
+    (or its JSON text, as verl-style datasets store them) matches any of them; None (no answer column) is an error. Note what is *not* done: no symbolic
     equivalence, "5." differs from "5", "\\dfrac{1}{2}" differs from "\\frac{1}{2}", "12.0" differs from "12".
 overlong: 0 while the response fits in max_response_length - overlong_buffer_len tokens, then falling linearly
     to -1 at max_response_length (and -1 beyond), so truncated rambling is discouraged smoothly rather than by a
@@ -32,6 +33,8 @@ overlong: 0 while the response fits in max_response_length - overlong_buffer_len
 import re
 import warnings
 from typing import Any
+
+from verl.rewards.math_grading import acceptable_answers
 
 
 REWARD_NAME = "dapo"
@@ -135,7 +138,9 @@ def compute_score(
         )
     answer = extract_answer(reward_input["response"])
     prediction = normalize_answer(NO_ANSWER if answer is None else answer)
-    correct = prediction == normalize_answer(str(reward_input["ground_truth"]))
+    # a list of accepted answers (or its JSON text) is each of them; None is refused: there is nothing to match
+    golds = acceptable_answers(reward_input["ground_truth"])
+    correct = any(prediction == normalize_answer(gold) for gold in golds)
     accuracy_reward = 1.0 if correct else -1.0
     overlong = soft_overlong_punishment(reward_input["response_length"], max_response_length, overlong_buffer_len)
     return {

@@ -4,8 +4,9 @@
 overall = 0.1 * format + 0.9 * accuracy.
 
 Rows: the prompt, the tools' schemas in `data.tools_key` (default `tools`; the chat template describes them in the
-prompt) and the expected calls as the answer, a list of {"name", "arguments"} (or a JSON string of one; [] when the
-right answer is to call nothing):
+prompt) and the expected calls as the answer, a list of {"name", "arguments"} ([] when the right answer is to call
+nothing; one call, OpenAI's {"type": "function", "function": {...}} form, arguments as JSON text and the JSON text of
+the whole list are read too):
     {"prompt": "Weather in Paris tomorrow?", "tools": [{"type": "function", "function": {"name": "get_weather",
      ...}}], "answer": [{"name": "get_weather", "arguments": {"city": "Paris", "day": 1}}]}
     worker.reward.reward_function=examples/reward_function/tool_call.py:compute_score
@@ -48,6 +49,36 @@ def _plain(value: Any) -> Any:
     return plain_number(value) if isinstance(value, float) else value
 
 
+def expected_calls(ground_truth: Any) -> list[dict[str, Any]]:
+    """The row's expected calls as {"name", "arguments"} dicts: a list of calls, one call, or the JSON text of
+    either; each call plain or in OpenAI's form ({"type": "function", "function": {...}}), its arguments an object or
+    the JSON text of one (as OpenAI's messages hold them). A ValueError names what cannot be read."""
+    calls = ground_truth
+    if isinstance(calls, str):
+        try:
+            calls = json.loads(calls)
+        except ValueError as error:
+            raise ValueError(f"the expected calls {ground_truth[:200]!r} are not JSON ({error}).") from None
+    calls = [calls] if isinstance(calls, dict) else calls
+    if not isinstance(calls, list):
+        raise ValueError(f"the expected calls must be a list of calls, got {type(calls).__name__}: {calls!r:.200}.")
+    plain = []
+    for call in calls:
+        call = call.get("function", call) if isinstance(call, dict) else call
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ValueError(f"an expected call is no {{'name', 'arguments'}} object: {call!r:.200}.")
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError as error:
+                raise ValueError(
+                    f"the arguments of the expected call {call['name']!r} are not JSON ({error})."
+                ) from None
+        plain.append({"name": call["name"], "arguments": arguments})
+    return plain
+
+
 def _key(call: dict[str, Any]) -> str:
     return json.dumps([call["name"], _plain(without_nulls(call.get("arguments", {})))], sort_keys=True)
 
@@ -73,9 +104,7 @@ def compute_score(
 ) -> dict[str, float]:
     """Score one response; `format_weight` is the share of the format check in `overall`, `tools_key` the column of
     the row's tools (data.tools_key), `tokenizer` the model whose chat template's call format is read."""
-    expected = reward_input["ground_truth"]
-    if isinstance(expected, str):
-        expected = json.loads(expected)
+    expected = expected_calls(reward_input["ground_truth"])
     if tools_key not in reward_input["extra_info"]:  # else every call would miss its tool: format 0, silently
         raise KeyError(
             f"the row has no column {tools_key!r} (this function's tools_key): set reward_function_kwargs.tools_key "

@@ -373,6 +373,23 @@ def test_arguments_are_checked(pool: VerifierPool) -> None:
         ("Answer: 3\nSo the answer is 4", "4"),  # the last marker
         ("The final answer is: 7", "7"),
         ("Answer: 12\nbecause of the above", "12"),  # only the rest of the line
+        ("The answer is **42**.", "42"),  # bold, then the full stop
+        ("**Final Answer**: 42", "42"),
+        ("Answer:\n7", "7"),  # on the next line, as DAPO's pattern reads it
+        ("Answer: 12 dollars", "12"),  # up to the first word of prose: math-verify read "12*d*o*l*l*a*r*s"
+        ("Answer: $12$ dollars", "12"),
+        ("The answer is 5 because 2+2=4", "5"),  # math-verify took the equation's 4
+        (r"Answer: $\frac{1}{2}$ of the pie, since", r"\frac{1}{2}"),
+        ("Answer: 1,000 dollars", "1,000"),
+        (r"Answer: 3 \text{ dollars}", r"3 \text{ dollars}"),  # a word inside braces is the answer's
+        (r"Answer: x \in (1,2)", r"x \in (1,2)"),  # a LaTeX command is no prose
+        ("So the answer is x = 3.", "x = 3"),  # one letter is no word
+        ("Final Answer: The final answer is $42$. I hope it is correct.", "42"),  # Minerva's format
+        ("Answer: 42\n\nI hope this answer is helpful!", "42"),  # "answer is" and a word: prose
+        ("The answer is 42. I'm confident this answer is correct.", "42"),
+        ("The answer is yes", "yes"),  # ... unless nothing else gives an answer
+        ("Answer: 0.5.", "0.5"),
+        ("Answer: 3!", "3!"),
         ("No final answer here.", None),
         ("", None),
         (r"\boxed{", None),

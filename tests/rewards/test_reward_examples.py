@@ -4,6 +4,7 @@
 
 import json
 import os
+import re
 import warnings
 
 import jinja2
@@ -110,9 +111,12 @@ def test_a_reasoning_block_the_prompt_opened_is_the_responses(name: str, prompt:
         ("The result is 1000.", "1000", False),  # no Answer line
         ("Answer:", "1000", False),
         ("Answer: 1,2", "12", True),  # as in the DAPO reference: commas go whenever only digits remain
+        ("Answer: four", ["4", "four"], True),  # a list of accepted answers: any of them (it never matched)
+        ("Answer: 4", '["4", "four"]', True),  # ... or its JSON text
+        ("Answer: 5", ["4", "four"], False),
     ],
 )
-def test_dapo_accuracy(response: str, ground_truth: str, correct: bool) -> None:
+def test_dapo_accuracy(response: str, ground_truth: str | list[str], correct: bool) -> None:
     score = example("dapo", max_response_length=100, overlong_buffer_len=20)(sample(response, ground_truth))
     assert score == {
         "overall": 1.0 if correct else -1.0,
@@ -131,6 +135,12 @@ def test_dapo_soft_overlong_punishment(length: int, overlong: float) -> None:
     assert bool(said) == (length > 100)  # longer than the budget given: the run's budget and the reward's differ
     assert score["overlong"] == pytest.approx(overlong)
     assert score["overall"] == pytest.approx(1.0 + 0.5 * overlong)
+
+
+def test_dapo_refuses_a_sample_without_a_ground_truth() -> None:
+    """data.answer_key=null: every response scored -1, and "Answer: None" +1."""
+    with pytest.raises(ValueError, match="the sample has no reference answer"):
+        example("dapo", max_response_length=100, overlong_buffer_len=20)(sample("Answer: None", None))
 
 
 def test_dapo_rejects_a_buffer_longer_than_the_budget() -> None:
@@ -178,6 +188,16 @@ def _call(name: str, arguments: str) -> str:
             1.0,
             1.0,
         ),
+        # the expected calls as OpenAI's messages hold them, or one call alone: a perfect call scored 0, or raised
+        (_call("add", '{"a": 2, "b": 3}'), [{"name": "add", "arguments": '{"a": 2, "b": 3}'}], 1.0, 1.0, 1.0),
+        (
+            _call("add", '{"a": 2, "b": 3}'),
+            [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}],
+            1.0,
+            1.0,
+            1.0,
+        ),
+        (_call("add", '{"a": 2, "b": 3}'), {"name": "add", "arguments": {"a": 2, "b": 3}}, 1.0, 1.0, 1.0),
     ],
 )
 def test_tool_call(response: str, ground_truth, accuracy: float, fmt: float, names: float) -> None:
@@ -185,6 +205,20 @@ def test_tool_call(response: str, ground_truth, accuracy: float, fmt: float, nam
         scores = example("tool_call")({**sample(response, ground_truth), "extra_info": {"tools": tools}})
         assert (scores["accuracy"], scores["format"], scores["names"]) == (accuracy, fmt, names)
         assert scores["overall"] == pytest.approx(0.9 * accuracy + 0.1 * fmt)
+
+
+@pytest.mark.parametrize(
+    "ground_truth, message",
+    [
+        ("[{oops", "the expected calls '[{oops' are not JSON"),
+        ([{"arguments": {}}], "an expected call is no {'name', 'arguments'} object"),
+        ([{"name": "add", "arguments": "{oops"}], "the arguments of the expected call 'add' are not JSON"),
+        (7, "the expected calls must be a list of calls, got int"),
+    ],
+)
+def test_tool_call_names_expected_calls_it_cannot_read(ground_truth, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        example("tool_call")({**sample(_call("add", "{}"), ground_truth), "extra_info": {"tools": [ADD]}})
 
 
 def test_tool_call_reads_the_models_own_call_format(tmp_path) -> None:

@@ -41,7 +41,18 @@ _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
 """What brace matching looks at: a backslash with the character it escapes (so \\{ is no brace), or a brace."""
 _NON_SPACE = re.compile(r"\S")
-_ANSWER_MARKER = re.compile(r"answer\s*(?::|is\b:?)", re.IGNORECASE)
+# "Answer:", "**Final Answer**:", "the answer is:" (labelled: ends in a colon) and "the answer is" (prose).
+_ANSWER_MARKER = re.compile(r"answer(?:\*\*)?\s*(?::|is\b(?:\s*:)?)", re.IGNORECASE)
+_LABEL_GAP = re.compile(r"\s*")
+"""After "Answer:", the answer may stand on the next line (DAPO's own pattern reads it there)."""
+_PROSE_GAP = re.compile(r"[ \t]*")
+_WORD_FIRST = re.compile(r"\**[A-Za-z]{2,}\b")
+"""Prose, not an answer, after "answer is": "I hope this answer is helpful", "this answer is not"."""
+_ANSWER_END = re.compile(r"\.(?=\s)|[\s,;]+\(?[A-Za-z]{2,}\b")
+"""Where an answer line's answer ends: the end of its sentence, or the first word of prose after it ("5 because",
+"12 dollars"); a LaTeX command ("\\text", "\\in") is no such word."""
+_LINE_EDGES = re.compile(r"^[\s*]+|[\s*.]+$")
+"""Markdown bold around the answer line, and its final full stop."""
 # Digit groups joined by TeX's thin space or braced comma ("1\\,000", "1{,}000"), not after a decimal point.
 _TEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\{,\})\d{3})+(?!\d)")
 _TEX_SEPARATOR = re.compile(r"\\,|\{,\}")
@@ -114,22 +125,46 @@ def strip_math_delimiters(text: str) -> str:
 
 
 def _answer_line(text: str) -> str | None:
-    """The rest of the line after the last "Answer:" / "answer is" that has any text after it (markdown bold around
-    it dropped: "**Answer:** 12", "**Answer: 12**"); None if none."""
+    """The answer after the last "Answer:" / "answer is" that has one: the rest of its line (after "Answer:" the next
+    line where its own is blank), up to the end of its sentence or the first word of prose (`_answer_of_line`). An
+    "answer is" followed by a word ("I hope this answer is helpful!") is taken only where no other marker gives an
+    answer ("The answer is yes"). None if none."""
+    wordy = None
     for match in reversed(list(_ANSWER_MARKER.finditer(text))):
+        labelled = match.group().endswith(":")
+        start = (_LABEL_GAP if labelled else _PROSE_GAP).match(text, match.end()).end()
+        if not labelled and _WORD_FIRST.match(text, start) and wordy is not None:
+            continue  # only the last such marker is kept, and only it copies its line: this stays one pass
         # Copy only to the end of the line (to the end of the text would be quadratic); a line is reread only for
-        # an earlier marker on it, which then is never blank, so this stays one pass.
-        line_end = text.find("\n", match.end())
-        line = text[match.end() : line_end if line_end >= 0 else len(text)].strip().strip("*").strip()  # markdown bold
-        line = strip_math_delimiters(line.rstrip(".").strip())
-        if line:
-            return line
-    return None
+        # an earlier marker on it, which then is never blank.
+        line_end = text.find("\n", start)
+        answer = _answer_of_line(text[start : line_end if line_end >= 0 else len(text)])
+        if answer and not labelled and _WORD_FIRST.match(text, start):
+            wordy = answer
+        elif answer:
+            return answer
+    return wordy
+
+
+def _answer_of_line(line: str) -> str:
+    """The answer at the start of an answer line: up to the end of its sentence or the first word of prose outside
+    braces and math ("$12$ dollars" gives "12", "5 because 2+2=4" gives "5"), markdown bold, the final full stop
+    and math delimiters dropped; "" for none."""
+    line = _LINE_EDGES.sub("", line)
+    braces = dollars = position = 0
+    for end in _ANSWER_END.finditer(line):
+        braces += line.count("{", position, end.start()) - line.count("}", position, end.start())
+        dollars += line.count("$", position, end.start()) - line.count("\\$", position, end.start())
+        position = end.start()
+        if braces == 0 and dollars % 2 == 0 and position > 0:
+            line = _LINE_EDGES.sub("", line[:position])
+            break
+    return strip_math_delimiters(line)
 
 
 def extract_answer(response: str) -> str | None:
-    """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line (DAPO-style prompts;
-    its full stop and math delimiters dropped); None when neither exists."""
+    """The final answer of a response: the last \\boxed{}/\\fbox{}, else the answer after "Answer:" or "answer is"
+    (`_answer_line`); None when neither exists."""
     return last_boxed(response) or _answer_line(response)  # a box found is never empty
 
 
