@@ -938,13 +938,14 @@ def test_the_scan_reads_rows_in_chunks_and_forks_a_worker_per_core_for_large_dat
     unset, data.filter_overlong_prompts_workers forks one per usable core (at most 16) from 10,000 rows; rows are
     read a chunk at a time. Every way of scanning finds the same rows, lengths and bad rows."""
     from verl.data import dataset as dataset_module
+    from verl.data import row_scan
     from verl.data.sources import load_source
 
-    monkeypatch.setattr(dataset_module.os, "sched_getaffinity", lambda pid: set(range(32)))
-    assert [dataset_module.scan_workers(None, rows) for rows in (9_999, 10_000, 45_000, 10**6)] == [1, 1, 4, 16]
-    assert dataset_module.scan_workers(3, 10) == 3
-    monkeypatch.setattr(dataset_module.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert dataset_module.scan_workers(None, 10**6) == 2
+    monkeypatch.setattr(row_scan.os, "sched_getaffinity", lambda pid: set(range(32)))
+    assert [row_scan.scan_workers(None, rows) for rows in (9_999, 10_000, 45_000, 10**6)] == [1, 1, 4, 16]
+    assert row_scan.scan_workers(3, 10) == 3
+    monkeypatch.setattr(row_scan.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert row_scan.scan_workers(None, 10**6) == 2
 
     rows = [{"prompt": "word " * (i % 40 + 1), "answer": i if i % 3 else str(i), "id": i} for i in range(700)]
     rows[5]["prompt"] = rows[600]["prompt"] = ""  # bad rows
@@ -954,7 +955,7 @@ def test_the_scan_reads_rows_in_chunks_and_forks_a_worker_per_core_for_large_dat
     assert source.rows_in(250, 520) == [source.row(i) for i in range(250, 520)]
     assert load_source(rows).rows_in(3, 9) == rows[3:9]
 
-    monkeypatch.setattr(dataset_module, "SCAN_CHUNK_ROWS", 64)  # several chunks a worker
+    monkeypatch.setattr(row_scan, "SCAN_CHUNK_ROWS", 64)  # several chunks a worker
     scans = [
         RLHFDataset(str(path), text_tokenizer, max_prompt_length=40, skip_bad_rows=True, **workers)
         for workers in ({"filter_overlong_prompts_workers": 1}, {"filter_overlong_prompts_workers": 2}, {})

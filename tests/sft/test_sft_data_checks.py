@@ -63,6 +63,33 @@ def test_an_overlong_conversation_is_found_when_the_dataset_is_built(tmp_path, t
         SFTDataset(one_turn, tokenizer, None, data_config(prompt_key="q", response_key="a", max_length=64))
 
 
+def test_forked_checks_of_a_large_set_find_the_rows_one_process_finds(tmp_path, tokenizer, monkeypatch):
+    """The check renders, tokenizes and masks every conversation at start (~1 ms a row in one process): a large set
+    is split over one forked process per usable core, as the RL prompt scan is; both name the same bad rows, in row
+    order, and stop after REPORTED_ERRORS of them."""
+    from verl.data import row_scan, sft_dataset
+
+    rows = [_turns(f"What is {i} + {i}?", f"It is {2 * i}.") for i in range(300)]
+    for bad in (7, 150, 299):
+        rows[bad] = _turns("Tell me a story.", "word " * 80)
+    path = _write_jsonl(tmp_path / "chats.jsonl", rows)
+    monkeypatch.setattr(row_scan, "SCAN_CHUNK_ROWS", 16)  # several chunks a worker
+    messages = []
+    for workers in (1, 2):
+        monkeypatch.setattr(sft_dataset, "scan_workers", lambda configured, count, workers=workers: workers)
+        assert len(SFTDataset(path, tokenizer, None, data_config(max_length=512))) == 300
+        with pytest.raises(SFTDataError) as excinfo:
+            SFTDataset(path, tokenizer, None, data_config(max_length=64))
+        messages.append(str(excinfo.value))
+        with monkeypatch.context() as patch, pytest.raises(SFTDataError) as excinfo:
+            patch.setattr(sft_dataset, "REPORTED_ERRORS", 2)
+            SFTDataset(path, tokenizer, None, data_config(max_length=64))
+        assert "at least 2 rows" in str(excinfo.value) and "row 299" not in str(excinfo.value)
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("3 rows of the data cannot be trained on")
+    assert [f"row {bad}," in messages[0] for bad in (7, 150, 299)] == [True] * 3
+
+
 def test_truncation_right_keeps_long_rows_but_refuses_one_with_nothing_left_to_learn(tmp_path, tokenizer):
     long_answer = _turns("Hi", "word " * 80)
     long_question = _turns("word " * 80, "Yes.")

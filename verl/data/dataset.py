@@ -8,7 +8,6 @@ and at load time. docs/data_flow.md lists the keys of a row."""
 import functools
 import json
 import logging
-import multiprocessing
 import os
 import re
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from verl.data.multimodal import (
     processor_inputs,
     unreadable_image,
 )
+from verl.data.row_scan import scan_rows, scan_workers
 from verl.data.sources import (
     RowSource,
     ground_truth,
@@ -54,7 +54,6 @@ from verl.data.tokenizer import (
 )
 from verl.models.config import text_only_reason
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
-from verl.utils.child_signals import reset_child_signals, signals_held
 from verl.utils.files import read_text_file
 
 
@@ -709,57 +708,17 @@ class RLHFDataset(Dataset):
         return example
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the construction-time scan, optionally in forked worker processes
-
-
-SCAN_CHUNK_ROWS = 256
-"""Rows the scan reads at once where the data has no image or video column (`datasets` decodes a slice's images all
-at once: one row at a time there)."""
-
-SCAN_ROWS_PER_WORKER = 10_000
-"""Unset data.filter_overlong_prompts_workers: a worker process per this many rows, up to the usable cores."""
-
-MAX_SCAN_WORKERS = 16
-
-_SCANNED_DATASET: RLHFDataset | None = None
-
-
-def scan_workers(configured: int | None, rows: int) -> int:
-    """data.filter_overlong_prompts_workers, or when unset one process per usable CPU core (at most
-    MAX_SCAN_WORKERS) and per SCAN_ROWS_PER_WORKER rows."""
-    if configured is not None:
-        return configured
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, MAX_SCAN_WORKERS, rows // SCAN_ROWS_PER_WORKER))
-
-
-def _scan_chunk(bounds: tuple[int, int]) -> list[tuple[int | None, str | None]]:
-    start, stop = bounds
-    results: list[tuple[int | None, str | None]] = []
-    for index, row in enumerate(_SCANNED_DATASET.source.rows_in(start, stop), start):
-        try:
-            results.append((_SCANNED_DATASET.prompt_length(index, row), None))
-        except DatasetRowError as error:
-            results.append((None, str(error)))
-    return results
-
-
 def _scan_rows(dataset: RLHFDataset, workers: int) -> list[tuple[int | None, str | None]]:
-    """(prompt length, error) per row, read in chunks of at most SCAN_CHUNK_ROWS; workers > 1 split the chunks
-    (a few each) over forked processes (fork shares the dataset without pickling)."""
-    global _SCANNED_DATASET
-    _SCANNED_DATASET = dataset
-    rows = len(dataset.source)
-    size = 1 if dataset.has_media else max(1, min(SCAN_CHUNK_ROWS, -(-rows // (4 * workers))))
-    chunks = [(start, min(start + size, rows)) for start in range(0, rows, size)]
-    try:
-        if workers <= 1 or rows < 2 * workers:
-            return [result for chunk in chunks for result in _scan_chunk(chunk)]
-        with signals_held():  # the workers and the pool's thread that replaces dead ones
-            pool = multiprocessing.get_context("fork").Pool(workers, initializer=reset_child_signals)
-        with pool:
-            done = pool.map(_scan_chunk, chunks)
-        return [result for chunk in done for result in chunk]
-    finally:
-        _SCANNED_DATASET = None
+    """(prompt length, error) per row (`scan_rows`: in chunks, over forked workers where workers > 1); rows with media
+    one at a time (a `datasets` slice decodes all its images at once)."""
+
+    def scan(start: int, stop: int) -> list[tuple[int | None, str | None]]:
+        results: list[tuple[int | None, str | None]] = []
+        for index, row in enumerate(dataset.source.rows_in(start, stop), start):
+            try:
+                results.append((dataset.prompt_length(index, row), None))
+            except DatasetRowError as error:
+                results.append((None, str(error)))
+        return results
+
+    return scan_rows(scan, len(dataset.source), workers, one_at_a_time=dataset.has_media)

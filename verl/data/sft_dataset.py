@@ -23,6 +23,7 @@ from verl.data.multimodal import (
     path_outside,
     processor_inputs,
 )
+from verl.data.row_scan import scan_rows, scan_workers
 from verl.data.sources import (
     SHAREGPT_ROLES,
     RowSource,
@@ -91,6 +92,10 @@ def alpaca_context(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 REPORTED_ERRORS = 20
 """Bad rows the start-up check names in its one error before it stops."""
+
+
+def _enough_errors(errors: list["SFTDataError"]) -> bool:
+    return len(errors) >= REPORTED_ERRORS
 
 
 class SFTDataset(torch.utils.data.Dataset):
@@ -292,34 +297,14 @@ class SFTDataset(torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------------------------------------ checking
 
-    def _check_rows(self, chunk: int = 256) -> None:
+    def _check_rows(self) -> None:
         """Check every row's messages, images (decoded in full), assistant mask and token length against
         data.max_length: over it is an error with data.truncation=error, and with right when no assistant token would
-        remain. Tokenized in chunks, one tokenizer call each (the masks' checks: each row on its own). One error names
-        the first REPORTED_ERRORS bad rows (the check stops there): a fix-and-rerun loop shows them all at once."""
-        errors: list[SFTDataError] = []
-        for start in range(0, len(self.source), chunk):
-            rows = []
-            for index in range(start, min(start + chunk, len(self.source))):
-                try:
-                    conversation = self._conversation(index)
-                    rows.append((index, conversation, self._full_text(index, conversation)))
-                except SFTDataError as error:
-                    errors.append(error)
-            texts = [text for *_, text in rows]
-            encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-            for (index, conversation, text), ids in zip(rows, encoded):
-                try:
-                    self._check_rendered_turns(index, conversation, text)
-                    self.encode(index, check_only=True)  # the assistant mask can be exact
-                    extra = self._image_tokens(index, conversation, text)
-                    length = len(ids) + self._appends_eos(ids) + sum(extra)
-                    if length > self.max_length:
-                        self._check_overlong(index, conversation, length, extra)
-                except SFTDataError as error:
-                    errors.append(error)
-            if len(errors) >= REPORTED_ERRORS:
-                break
+        remain. In chunks of rows, over forked processes for a large set (`scan_rows`: one per usable core, at most
+        16, per 10,000 rows). One error names the first REPORTED_ERRORS bad rows (the check stops there): a
+        fix-and-rerun loop shows them all at once."""
+        rows = len(self.source)
+        errors = scan_rows(self._check_chunk, rows, scan_workers(None, rows), enough=_enough_errors)
         if len(errors) == 1:
             raise errors[0]
         if errors:
@@ -328,6 +313,30 @@ class SFTDataset(torch.utils.data.Dataset):
             raise SFTDataError(
                 f"{count} of the data cannot be trained on (the check stops at {REPORTED_ERRORS}):\n{lines}"
             )
+
+    def _check_chunk(self, start: int, stop: int) -> list["SFTDataError"]:
+        """`_check_rows` on rows [start, stop): their texts tokenized in one call, then each row's checks."""
+        errors, rows = [], []
+        for index in range(start, stop):
+            try:
+                conversation = self._conversation(index)
+                rows.append((index, conversation, self._full_text(index, conversation)))
+            except SFTDataError as error:
+                errors.append(error)
+        texts = [text for *_, text in rows]
+        encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        self._text_ids = True
+        for (index, conversation, text), ids in zip(rows, encoded):
+            try:
+                self._check_rendered_turns(index, conversation, text)
+                self._masked(index, conversation, text, ids, [], check_only=True)  # the assistant mask can be exact
+                extra = self._image_tokens(index, conversation, text)
+                length = len(ids) + self._appends_eos(ids) + sum(extra)
+                if length > self.max_length:
+                    self._check_overlong(index, conversation, length, extra)
+            except SFTDataError as error:
+                errors.append(error)
+        return errors
 
     def _check_rendered_turns(self, index: int, conversation: Conversation, full_text: str) -> None:
         """Refuse a learned assistant turn that the chat template renders empty though its content is not: Qwen3
@@ -516,12 +525,25 @@ class SFTDataset(torch.utils.data.Dataset):
         mask's checks alone, on the text (image placeholders unexpanded, which merge with no neighbour), before
         training: a row they refuse stopped the run at its step."""
         conversation = self._conversation(index)
-        messages = conversation.messages
         self._text_ids = check_only
         images = [] if check_only else self._load_images(conversation)
-        tools = conversation.tools
-        full_text = self._render(messages, generation_prompt=False, tools=tools)
+        full_text = self._render(conversation.messages, generation_prompt=False, tools=conversation.tools)
         ids, encoded = self._ids(full_text, images)
+        example = self._masked(index, conversation, full_text, ids, images, check_only)
+        return {**example, "encoded": encoded} if example else example
+
+    def _masked(
+        self,
+        index: int,
+        conversation: Conversation,
+        full_text: str,
+        ids: list[int],
+        images: list[Any],
+        check_only: bool,
+    ) -> dict[str, Any]:
+        """`encode` from the conversation's text and its token ids on: the assistant mask, the stop token, the
+        length."""
+        messages, tools = conversation.messages, conversation.tools
         mask = [0] * len(ids)
         spans = []  # (turn, the text before it, the text through it) of each learned assistant turn
         for turn, message in enumerate(messages):
@@ -570,7 +592,7 @@ class SFTDataset(torch.utils.data.Dataset):
             ids, mask = ids[: self.max_length], mask[: self.max_length]
         if sum(mask[1:]) == 0:
             raise self._error(index, self.rows_key, "no assistant token is left to learn from")
-        return {"input_ids": ids, "loss_mask": mask, "images": images, "encoded": encoded}
+        return {"input_ids": ids, "loss_mask": mask, "images": images}
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The example in the RL actor's layout (docs/data_flow.md): "prompt" is the first token, "response" the rest
