@@ -286,8 +286,11 @@ def main(argv: list[str] | None = None) -> int:
 
     offline_unless_reachable({"model": args.model, "tokenizer": args.tokenizer})  # before huggingface_hub's import
     from verl.utils.config import unwritable
+    from verl.utils.writable_dirs import unwritable_reason
 
     problem = unwritable(args.output) if args.output else "which is empty; give a writable directory"
+    if problem is None and (reason := unwritable_reason(args.output)):  # made now: root passes the access check (/sys)
+        problem = f"which cannot be written ({reason}); give a writable directory"
     if problem is not None:  # now, not after the training (the trained weights were lost)
         print(f"train_reward_model: --output '{args.output}', {problem}.", file=sys.stderr)
         return 2

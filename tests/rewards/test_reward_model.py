@@ -239,6 +239,8 @@ def test_script_setup_errors_are_one_line(tmp_path, model_root, capsys):
         (["--output", str(tmp_path / "a_file")], f"--output '{tmp_path / 'a_file'}', which is a file; give a"),
         # a folder that cannot be created: refused before the training, whose weights it used to lose at the end
         (["--output", str(tmp_path / "a_file" / "sub")], f"cannot be created: '{tmp_path / 'a_file'}' is a file"),
+        # a folder the access check passes (as root) that cannot be made: it failed after the training
+        (["--output", "/proc/verl_reward_model"], "which cannot be written (" if os.geteuid() == 0 else "this user"),
         (["--output", str(tmp_path / "out")], "--init-from-lm"),
         (["--output", str(tmp_path / "out"), "--init-from-lm", "--tokenizer", str(tmp_path / "empty")], "empty"),
     ):
