@@ -66,6 +66,10 @@ def read_records(rollout_dir: str) -> list[dict]:
     return records
 
 
+SHOWN_FIELDS = ("prompt", "response", "messages")
+"""What the page shows of a record; one without any of them is some other file's line."""
+
+
 def record_problem(record: object) -> str | None:
     """Why a parsed line is not a record the page can show (a JSON object, an integer step, messages as objects,
     images as lists of paths)."""
@@ -80,6 +84,8 @@ def record_problem(record: object) -> str | None:
         images = holder.get("images")
         if images is not None and not (isinstance(images, list) and all(isinstance(p, str) for p in images)):
             return f"its images are {json.dumps(images)[:80]}, not a list of paths"
+    if not any(key in record for key in SHOWN_FIELDS):  # another JSONL file: shown as one empty response
+        return f"it has none of {', '.join(SHOWN_FIELDS)} (its keys: {', '.join(list(record)[:8]) or 'none'})"
     return None
 
 

@@ -358,6 +358,11 @@ def test_viewer_cli(tokenizer, tmp_path, capsys):
         (b'{"messages": ["hi"]}\n', "line 1 is no rollout record: its messages are not a list of objects."),
         (b'{"images": 5}\n', "line 1 is no rollout record: its images are 5, not a list of paths."),  # a TypeError
         (b'{"messages": [{"images": [3]}]}\n', "line 1 is no rollout record: its images are [3], not a list of"),
+        # another file's lines (a dataset): a page of empty responses, exit 0
+        (
+            b'{"id": 1, "text": "x"}\n',
+            "line 1 is no rollout record: it has none of prompt, response, messages (its keys: id",
+        ),
         ('{"response": "r\xe9"}\n'.encode("latin-1"), "is not UTF-8 text (invalid continuation byte at byte 15)."),
     ):
         (bad / "step_1.jsonl").write_bytes(content)
