@@ -369,6 +369,9 @@ def test_cli_refuses_an_output_that_holds_another_model_or_is_a_file(tmp_path, c
         (str(real), "holds files that are not a tiny model's"),
         (str(tmp_path / "afile"), "must be a directory"),
         ("", "must be a directory"),
+        # a raw errno without the flag, from inside the build
+        (str(tmp_path / "afile" / "sub"), f"--output '{tmp_path / 'afile' / 'sub'}', which cannot be created: '"),
+        ("/proc/verl_no_such/model", "/proc/verl_no_such/model'"),
     ):
         with pytest.raises(SystemExit) as exit_code:
             main(["--output", output])

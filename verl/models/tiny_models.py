@@ -1055,6 +1055,10 @@ def main(argv: list[str] | None = None) -> int:
     kind, output, seed = args.pop("kind"), args.pop("output"), args.pop("seed")
     if not output or (os.path.exists(output) and not os.path.isdir(output)):
         parser.error(f"--output {output!r} must be a directory (created if missing).")
+    from verl.utils.config import unwritable
+
+    if problem := unwritable(output):  # a file on the way, a folder this user cannot write in
+        parser.error(f"--output {output!r}, {problem}.")
     if os.path.isdir(output) and os.listdir(output) and _read_spec(output) is None:  # (a tiny model's is rebuilt)
         parser.error(
             f"--output {output!r} holds files that are not a tiny model's (no {SPEC_FILE}): a build would overwrite "
@@ -1063,7 +1067,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         build_tiny_model(output, kind=kind, seed=seed, **args)
-    except (ValueError, OSError) as error:
+    except OSError as error:  # a path the access check passes that cannot be made (root under /proc)
+        parser.error(f"--output {output!r} cannot be written ({error.strerror or error}: {error.filename}).")
+    except ValueError as error:
         parser.error(str(error))
     counts = count_parameters(output)
     print(
