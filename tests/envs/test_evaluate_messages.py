@@ -544,6 +544,28 @@ def test_scores_are_summarized_only_where_they_mean_what_they_say(monkeypatch, t
         run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--reward", f"{tmp_path / 'rewards.py'}:raising")
 
 
+def test_a_reward_that_cannot_load_is_named_by_evaluates_flags(monkeypatch, tmp_path, capsys):
+    """The errors named the trainer's worker.reward.reward_function(_kwargs) and "a reward actor on another node"."""
+    (tmp_path / "rewards.py").write_text(REWARDS)
+    rows = [{"prompt": "a", "answer": "1"}]
+    missing = f"{tmp_path / 'nope.py'}:both"
+    for extra, message in (
+        (("--reward", missing), rf"^evaluate: --reward='{missing}': the file .* does not exist on [^(]*; give"),
+        (("--reward", f"{tmp_path / 'rewards.py'}:absent"), r"^evaluate: --reward='.*': .* has no function 'absent'"),
+        (
+            ("--reward", f"{tmp_path / 'rewards.py'}:both", "--reward-kwargs", '{"x": 1}'),
+            r"\(--reward-kwargs\) do not fit",
+        ),
+        (
+            ("--rubric", json.dumps({"one": {"function": missing}})),
+            r"^evaluate: --rubric.one.function='.* does not exist on [^(]*; give",
+        ),
+    ):
+        with pytest.raises(SystemExit, match=message) as error:
+            run_evaluate(monkeypatch, tmp_path, capsys, {"a": ["1"]}, rows, *extra)
+        assert "worker.reward" not in str(error.value)
+
+
 def test_inputs_are_checked_before_the_first_episode(monkeypatch, tmp_path, capsys):
     """A row with a missing image was found only when its turn came (after the rows before it ran); --output naming
     the --data file overwrote the dataset with the records."""

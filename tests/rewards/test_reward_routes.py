@@ -171,7 +171,7 @@ def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "weight": math.inf}}))
     with pytest.raises(ConfigError, match=r"rubric.fmt has unknown key\(s\) \['wieght'\]"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "wieght": 1}}))
-    with pytest.raises(ConfigError, match=r"rubric.fmt: .*has no function 'nope'"):
+    with pytest.raises(ConfigError, match=r"^worker.reward.rubric.fmt.function='.*has no function 'nope'"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good.replace(":score", ":nope")}}))
     with pytest.raises(ConfigError, match="cannot be combined"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good}}, routes={"a": good}))

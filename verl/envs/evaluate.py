@@ -601,20 +601,21 @@ def load_scorer(args: argparse.Namespace) -> Any:
         raise ValueError("--reward-kwargs is given without --reward (a --rubric part takes its own 'kwargs').")
     if not args.reward and not rubric:
         return None
-    from verl.rewards.function import RewardFunctionLoadError
+    from verl.rewards.function import RewardFunctionLoadError, RewardNames
     from verl.rewards.manager import RewardSettings, create_reward_manager
     from verl.utils.config import ConfigError
     from verl.workers.config import RewardConfig
 
     try:  # training's rule for worker.reward.rubric: a function, a numeric weight and kwargs, nothing else
-        RewardConfig(rubric=rubric).check_rubric("--")
+        RewardConfig(rubric=rubric).check_rubric("--", remote=False)
     except ConfigError as error:
         raise ValueError(str(error)) from None
-    settings = RewardSettings(args.reward, kwargs, rubric=rubric, answer_key=args.answer_key)
+    names = RewardNames("--reward", "--reward-kwargs", remote=False)  # the flags, not the trainer's keys
+    settings = RewardSettings(args.reward, kwargs, rubric=rubric, answer_key=args.answer_key, names=names)
     try:
         return create_reward_manager(settings, tokenizer=None)
     except RewardFunctionLoadError as error:
-        raise SystemExit(f"evaluate: --reward/--rubric: {error}") from None
+        raise SystemExit(f"evaluate: {error}") from None
 
 
 def accuracy_keys(keys: list[str]) -> list[str]:

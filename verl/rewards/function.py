@@ -31,6 +31,20 @@ REWARD_TYPES: tuple[str, ...] = ("sequential", "batch")
 DEFAULT_REWARD_TYPE = "sequential"
 DEFAULT_FUNCTION_NAME = "main"
 CONFIG_KEY = "worker.reward.reward_function"
+
+
+@dataclass(frozen=True)
+class RewardNames:
+    """How a run names the reward function and its keyword arguments in its errors: the trainer's config keys, or a
+    command's flags (evaluate's --reward)."""
+
+    function: str = CONFIG_KEY
+    kwargs: str = "worker.reward.reward_function_kwargs, a route's routes_kwargs or a rubric part's kwargs"
+    remote: bool = True
+    """A reward actor on another node may read the file at the same path."""
+
+
+TRAINER_NAMES = RewardNames()
 # How RewardFunction.reward_type was decided.
 DECLARED, INFERRED, DEFAULTED = "declared", "inferred", "defaulted"
 # First-parameter names that say how a function is called (EasyR1's examples use these).
@@ -114,19 +128,19 @@ class RewardTimeoutError(TimeoutError):
     """A reward part (the functions, the judge) did not score a batch within worker.reward.timeout_s."""
 
 
-def parse_reward_function_spec(spec: str) -> tuple[str, str]:
+def parse_reward_function_spec(spec: str, key: str = CONFIG_KEY) -> tuple[str, str]:
     """Split "path/to/file.py:function" into (path, function); the function defaults to `main`. Only a colon before
-    an identifier separates them, so a path containing a colon still works."""
+    an identifier separates them, so a path containing a colon still works. Errors name `key`."""
     if not isinstance(spec, str) or not spec.strip():
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY} must be a string 'path/to/file.py:function', got {spec!r}; set it to your reward file."
+            f"{key} must be a string 'path/to/file.py:function', got {spec!r}; set it to your reward file."
         )
     path, sep, name = spec.strip().rpartition(":")
     if sep and name.isidentifier():
         return path, name
     if sep and not name.endswith(".py") and "/" not in name and os.sep not in name:
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: {name!r} is not a valid Python function name; write 'path/to/file.py:function'."
+            f"{key}={spec!r}: {name!r} is not a valid Python function name; write 'path/to/file.py:function'."
         )
     return spec.strip(), DEFAULT_FUNCTION_NAME
 
@@ -315,7 +329,7 @@ def _trl_scores(scores: Any) -> Any:
     return [{"overall": 0.0 if score is None else score} for score in scores]
 
 
-def _check_kwargs(loaded: RewardFunction) -> None:
+def _check_kwargs(loaded: RewardFunction, names: RewardNames) -> None:
     """Fail at load time, not at the first training step, when the kwargs do not fit the function's signature."""
     try:
         signature = inspect.signature(loaded.function)
@@ -333,8 +347,8 @@ def _check_kwargs(loaded: RewardFunction) -> None:
         takes = f"verl's arguments ({', '.join(verl_arguments)})" if verl_arguments else "the sample(s) first"
         takes = "TRL's arguments (completions, prompts and the dataset's columns)" if loaded.trl else takes
         raise RewardFunctionLoadError(
-            f"The configured keyword arguments {masked(dict(kwargs))!r} (worker.reward.reward_function_kwargs, a "
-            f"route's routes_kwargs or a rubric part's kwargs) do not fit the signature {signature} of "
+            f"The configured keyword arguments {masked(dict(kwargs))!r} ({names.kwargs}) do not fit the signature "
+            f"{signature} of "
             f"{loaded.label}: {error}; the function must take {takes} and accept every configured keyword."
         ) from error
 
@@ -373,7 +387,7 @@ def _signature_reward_type(function: Callable[..., Any]) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _reward_type(module: Any, function: Callable[..., Any], spec: str, path: str) -> tuple[str, str]:
+def _reward_type(module: Any, function: Callable[..., Any], spec: str, path: str, key: str) -> tuple[str, str]:
     """(reward type, how it was decided): the file's REWARD_TYPE, else the signature's, else the default."""
     from_signature = _signature_reward_type(function)
     if not hasattr(module, "REWARD_TYPE"):
@@ -381,7 +395,7 @@ def _reward_type(module: Any, function: Callable[..., Any], spec: str, path: str
     reward_type = module.REWARD_TYPE
     if reward_type not in REWARD_TYPES:
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: REWARD_TYPE={reward_type!r} in {path} is not one of {', '.join(REWARD_TYPES)}; "
+            f"{key}={spec!r}: REWARD_TYPE={reward_type!r} in {path} is not one of {', '.join(REWARD_TYPES)}; "
             "set it to 'sequential' (one sample per call) or 'batch' (a list per call)."
         )
     if from_signature not in (None, reward_type):
@@ -395,27 +409,31 @@ def _reward_type(module: Any, function: Callable[..., Any], spec: str, path: str
 
 
 def load_reward_function(
-    spec: str, kwargs: Mapping[str, Any] | None = None, answer_key: str | None = None
+    spec: str,
+    kwargs: Mapping[str, Any] | None = None,
+    answer_key: str | None = None,
+    names: RewardNames = TRAINER_NAMES,
 ) -> RewardFunction:
     """Load `spec` ("path/to/file.py:function", relative paths from the working directory) and bind `kwargs`;
-    `answer_key` names the answers for a function in TRL's signature."""
-    raw_path, name = parse_reward_function_spec(spec)
+    `answer_key` names the answers for a function in TRL's signature; errors name the options as `names` does."""
+    key = names.function
+    raw_path, name = parse_reward_function_spec(spec, key)
     path = os.path.abspath(os.path.expanduser(raw_path))
     if not os.path.isfile(path):
+        remote = " (a reward actor on another node reads it at that path too)" if names.remote else ""
         raise RewardFunctionNotFoundError(
-            f"{CONFIG_KEY}={spec!r}: the file {path} does not exist on {socket.gethostname()} (a reward actor on "
-            "another node reads it at that path too); give a path relative to the working directory "
-            f"({os.getcwd()}) or an absolute one."
+            f"{key}={spec!r}: the file {path} does not exist on {socket.gethostname()}{remote}; give a path relative "
+            f"to the working directory ({os.getcwd()}) or an absolute one."
         )
     try:  # a fresh module, named after its path, so two reward files (train and val) never replace each other
         module = import_file(path, "verl_reward_")
     except NotPythonFileError:
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
+            f"{key}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
         ) from None
     except (Exception, SystemExit) as error:  # sys.exit() at import would end the run as if it had succeeded
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {_reason(error)}; fix the "
+            f"{key}={spec!r}: importing {path} failed with {type(error).__name__}: {_reason(error)}; fix the "
             "file or install what it imports."
         ) from error
     if not hasattr(module, name):
@@ -423,13 +441,13 @@ def load_reward_function(
             attr for attr, value in vars(module).items() if inspect.isfunction(value) and not attr.startswith("_")
         )
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: {path} has no function {name!r} (functions defined there: "
+            f"{key}={spec!r}: {path} has no function {name!r} (functions defined there: "
             f"{', '.join(defined) or 'none'}); name one after the colon, as in file.py:compute_score."
         )
     function = getattr(module, name)
     if not callable(function):
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the "
+            f"{key}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the "
             "spec at a callable."
         )
     verl_arguments, parameters = _verl_arguments(function), _parameters(function)
@@ -438,14 +456,14 @@ def load_reward_function(
     unpassed = [argument for argument in TRL_UNPASSED if argument in parameters] if trl else []
     if unpassed:
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
+            f"{key}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
             "pass (it passes prompts, completions, completion_ids and the dataset's columns): TRL's trainer "
             "state has no counterpart here."
         )
     if verl_arguments or trl:  # the signature decides: verl's takes one sample per call, TRL's lists of the batch
         reward_type, reward_type_source = "sequential" if verl_arguments else "batch", INFERRED
     else:
-        reward_type, reward_type_source = _reward_type(module, function, spec, path)
+        reward_type, reward_type_source = _reward_type(module, function, spec, path, key)
     reward_name = str(getattr(module, "REWARD_NAME", None) or name)
     kwargs = dict(kwargs or {})
     setup = getattr(module, "check_setup", None)
@@ -464,25 +482,27 @@ def load_reward_function(
     )
     if getattr(module, "REWARD_TYPE", reward_type) != reward_type:  # only a signature's type can differ
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: {loaded.reward_type_note}, but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; "
+            f"{key}={spec!r}: {loaded.reward_type_note}, but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; "
             "remove it."
         )
-    _check_kwargs(loaded)
+    _check_kwargs(loaded, names)
     return loaded
 
 
-def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> None:
+def check_reward_function(
+    spec: str, kwargs: Mapping[str, Any] | None = None, names: RewardNames = TRAINER_NAMES
+) -> None:
     """Raise RewardFunctionLoadError if `spec` cannot be loaded with `kwargs`; for the config validator. Runs the
     file's top-level code once (catching syntax errors and missing packages before Ray starts), then the file's
     optional `check_setup(**kwargs)`, whose exception stops the run with its message."""
-    loaded = load_reward_function(spec, kwargs)
+    loaded = load_reward_function(spec, kwargs, names=names)
     setup = loaded.check_setup
     if setup is not None:
         try:
             inspect.signature(setup).bind(**loaded.kwargs)
         except TypeError as error:
             raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: check_setup in {loaded.path} cannot take the reward function's kwargs "
+                f"{names.function}={spec!r}: check_setup in {loaded.path} cannot take the reward function's kwargs "
                 f"({', '.join(loaded.kwargs)}): {error}; give it **kwargs."
             ) from None
         except ValueError:  # no Python signature to check: call it
@@ -491,7 +511,7 @@ def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) ->
             setup(**loaded.kwargs)
         except (Exception, SystemExit) as error:  # the file's own check: its message is what the user needs
             raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: {loaded.path} cannot run on this machine: {_reason(error)}"
+                f"{names.function}={spec!r}: {loaded.path} cannot run on this machine: {_reason(error)}"
             ) from None
 
 

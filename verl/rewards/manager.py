@@ -18,9 +18,11 @@ import torch
 from verl.protocol import DataProto, plain_value
 from verl.rewards.function import (
     CONFIG_KEY,
+    TRAINER_NAMES,
     RewardFunctionError,
     RewardFunctionLoadError,
     RewardInput,
+    RewardNames,
     after_reasoning,
     check_scores,
     load_reward_function,
@@ -55,6 +57,8 @@ class RewardSettings:
     routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     rubric: dict[str, dict[str, Any]] = field(default_factory=dict)
     answer_key: str | None = None
+    names: RewardNames = TRAINER_NAMES
+    """How errors name the function and its kwargs: the config keys, or a command's flags."""
 
     @classmethod
     def from_config(cls, config: Any) -> "RewardSettings":
@@ -241,7 +245,12 @@ class RewardManager:
         self.managers = {
             key: FunctionRewardManager(
                 RewardSettings(
-                    spec, kwargs, settings.skip_special_tokens, settings.num_cpus, answer_key=settings.answer_key
+                    spec,
+                    kwargs,
+                    settings.skip_special_tokens,
+                    settings.num_cpus,
+                    answer_key=settings.answer_key,
+                    names=settings.names,
                 ),
                 tokenizer,
             )
@@ -275,7 +284,7 @@ class FunctionRewardManager(RewardManager):
         settings = config if isinstance(config, RewardSettings) else RewardSettings.from_config(config)
         super().__init__(settings, tokenizer)
         self.function = load_reward_function(
-            settings.reward_function, settings.reward_function_kwargs, settings.answer_key
+            settings.reward_function, settings.reward_function_kwargs, settings.answer_key, settings.names
         )
         self._pool: SequentialPool | None = None
         if self.function.reward_type == "sequential" and settings.num_cpus > 1:

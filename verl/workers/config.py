@@ -20,7 +20,7 @@ from verl.models.config import (
     require_model_files,
     trained_positions,
 )
-from verl.rewards.function import RewardFunctionLoadError, check_reward_function
+from verl.rewards.function import RewardFunctionLoadError, RewardNames, check_reward_function
 from verl.rewards.llm_judge import JudgeConfig
 from verl.utils.config import (
     ConfigError,
@@ -260,13 +260,14 @@ class RewardConfig:
                 f"({prefix}model.model_path) or a judge ({prefix}judge.model_path)."
             )
         for route, spec in self.routes.items():
-            with as_config_error(RewardFunctionLoadError, prefix=f"{prefix}routes.{route}: "):
-                check_reward_function(spec, self.routes_kwargs.get(route, {}))
+            names = RewardNames(f"{prefix}routes.{route}", f"{prefix}routes_kwargs.{route}")
+            with as_config_error(RewardFunctionLoadError):
+                check_reward_function(spec, self.routes_kwargs.get(route, {}), names)
         self.model.check_files(f"{prefix}model.")
 
-    def check_rubric(self, prefix: str) -> None:
+    def check_rubric(self, prefix: str, remote: bool = True) -> None:
         """Each part names a loadable function with a numeric weight; a rubric is not combined with routes (also
-        verl.envs.evaluate's --rubric, with prefix "--")."""
+        verl.envs.evaluate's --rubric, with prefix "--", where no reward actor runs on another node: `remote`)."""
         if not self.rubric:
             return
         if self.routes:
@@ -289,8 +290,9 @@ class RewardConfig:
             weight = part.get("weight", 1.0)
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
                 raise ConfigError(f"{key}.weight must be a finite number, got {weight!r}.")
-            with as_config_error(RewardFunctionLoadError, prefix=f"{key}: "):
-                check_reward_function(part["function"], dict(part.get("kwargs") or {}))
+            names = RewardNames(f"{key}.function", f"{key}.kwargs", remote)
+            with as_config_error(RewardFunctionLoadError):
+                check_reward_function(part["function"], dict(part.get("kwargs") or {}), names)
 
 
 @dataclass(frozen=True)
