@@ -6,6 +6,7 @@ in the SFT one, or among the EasyR1 keys that the loader refuses with a reason."
 import dataclasses
 import pathlib
 import re
+import types
 import typing
 
 from verl.sft.config import SFTConfig
@@ -19,17 +20,23 @@ KEY = re.compile(r"`((?:data|algorithm|worker|trainer)\.[A-Za-z_][\w.]*)")
 
 
 def _resolves(schema: type, path: str) -> bool:
-    """Whether `path` names a field of the dataclass tree `schema` (anything below a dict-typed field counts)."""
+    """Whether `path` names a field of the dataclass tree `schema` (anything below a dict-typed field counts; nothing
+    below a number or a string)."""
     node: typing.Any = schema
     for part in path.split("."):
+        if node is dict:
+            return True  # a free-form field: any key below it
         if not dataclasses.is_dataclass(node):
-            return True  # a free-form (dict) field: any key below it
+            return False  # below a plain value
         hints = typing.get_type_hints(node)
         if part not in hints:
             return False
         kind = hints[part]
-        options = [arg for arg in typing.get_args(kind) if arg is not type(None)] or [kind]
+        union = typing.get_origin(kind) in (typing.Union, types.UnionType)
+        options = [arg for arg in typing.get_args(kind) if arg is not type(None)] if union else [kind]
         node = next((option for option in options if dataclasses.is_dataclass(option)), None)
+        if node is None and any(typing.get_origin(option) is dict or option is dict for option in options):
+            node = dict
     return True
 
 
@@ -49,6 +56,10 @@ def test_the_resolver_tells_a_key_from_a_typo():
     )
     assert not _resolves(PPOConfig, "worker.actor.optim.learning_rate") and not _resolves(
         PPOConfig, "trainer.balance_batch"
+    )
+    # nothing lies below a number or a string (a doc naming the sub-key of a section turned into a value)
+    assert not _resolves(PPOConfig, "worker.actor.optim.lr.typo") and not _resolves(
+        PPOConfig, "data.max_prompt_length.x"
     )
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from verl.rewards.function import RewardFunctionError
-from verl.rewards.manager import RewardSettings, RoutedRewardManager, create_reward_manager
+from verl.rewards.manager import FunctionRewardManager, RewardSettings, RoutedRewardManager, create_reward_manager
 from verl.trainer.metrics import applicable_values, reduce_metrics
 from verl.workers.config import RewardConfig
 
@@ -80,7 +80,8 @@ def test_an_unknown_route_is_named_or_goes_to_the_default(make_batch, write_rewa
 
 def test_without_routes_the_single_function_manager_is_used(write_reward_file, tokenizer) -> None:
     settings = RewardSettings.from_config(RewardConfig(reward_function=f"{write_reward_file(MATH)}:score"))
-    assert not isinstance(create_reward_manager(settings, tokenizer), RoutedRewardManager)
+    manager = create_reward_manager(settings, tokenizer)
+    assert type(manager) is FunctionRewardManager and manager.function.name == "score"
 
 
 FORMAT = """

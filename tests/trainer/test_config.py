@@ -2025,13 +2025,22 @@ def test_a_setting_that_would_be_dropped_silently_is_refused(files, args, messag
 
 
 def test_the_options_a_loss_reads_are_accepted(files):
-    for args in (
-        ["worker.actor.loss_type=gspo", "worker.actor.clip_ratio_low=3e-4", "worker.actor.clip_ratio_high=4e-4"],
-        ["worker.actor.loss_type=sapo", "worker.actor.tau_positive=2", "worker.actor.tau_negative=3"],
-        ["worker.actor.clip_ratio_dual=4"],
-        ["worker.rollout.ignore_eos=true"],
+    """Accepted and kept: each reaches the loaded config as given."""
+    for args, read, expected in (
+        (
+            ["worker.actor.loss_type=gspo", "worker.actor.clip_ratio_low=3e-4", "worker.actor.clip_ratio_high=4e-4"],
+            lambda c: (c.worker.actor.loss_type, c.worker.actor.clip_ratio_low, c.worker.actor.clip_ratio_high),
+            ("gspo", 3e-4, 4e-4),
+        ),
+        (
+            ["worker.actor.loss_type=sapo", "worker.actor.tau_positive=2", "worker.actor.tau_negative=3"],
+            lambda c: (c.worker.actor.loss_type, c.worker.actor.tau_positive, c.worker.actor.tau_negative),
+            ("sapo", 2.0, 3.0),
+        ),
+        (["worker.actor.clip_ratio_dual=4"], lambda c: c.worker.actor.clip_ratio_dual, 4.0),
+        (["worker.rollout.ignore_eos=true"], lambda c: c.worker.rollout.ignore_eos, True),
     ):
-        load_config([*base_args(files), *args])
+        assert read(load_config([*base_args(files), *args])) == expected, args
 
 
 def test_a_cpu_judge_on_a_cuda_machine_is_refused_at_validation(files, monkeypatch):
