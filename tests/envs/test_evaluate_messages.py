@@ -383,11 +383,13 @@ def test_evaluate_records_the_images_of_every_turn(monkeypatch, tmp_path, capsys
         *("--env", f"{tmp_path / 'env.py'}:ShowPicture", "--output", str(output), "--rubric", json.dumps(rubric)),
     )
     first, second = [json.loads(line) for line in output.read_text().splitlines()]
-    assert first["images"] == ["images/episodes/e0000_0.png", "images/episodes/e0000_1.png"]
-    assert first["messages"][0]["images"] == ["images/episodes/e0000_0.png"]
+    tag = re.fullmatch(r"images/episodes/([0-9a-f]{6}_)e0000_0\.png", first["images"][0]).group(1)  # the run's
+    assert first["images"] == [f"images/episodes/{tag}e0000_0.png", f"images/episodes/{tag}e0000_1.png"]
+    assert first["messages"][0]["images"] == [f"images/episodes/{tag}e0000_0.png"]
     assert [m["role"] for m in first["messages"]] == ["user", "assistant", "user", "assistant"]
-    assert first["messages"][2] == {"role": "user", "content": "And this?", "images": ["images/episodes/e0000_1.png"]}
-    with Image.open(tmp_path / "images" / "episodes" / "e0000_1.png") as image:
+    shown = {"role": "user", "content": "And this?", "images": [f"images/episodes/{tag}e0000_1.png"]}
+    assert first["messages"][2] == shown
+    with Image.open(tmp_path / "images" / "episodes" / f"{tag}e0000_1.png") as image:
         assert image.convert("RGB").getpixel((1, 1)) == (0, 0, 255)
     assert second["images"] == [] and "images" not in second["messages"][0]
     assert first["scores"] == {"overall": 2.0, "colour/overall": 1.0, "length/overall": 2.0}
@@ -622,6 +624,35 @@ def test_a_run_that_fails_keeps_the_earlier_output(monkeypatch, tmp_path, capsys
     assert f"the 1 episode(s) before the error are in {output}.partial; --output {output} is as it was" in (
         capsys.readouterr().err
     )
+
+
+def test_a_failed_run_keeps_the_earlier_runs_images_and_a_finished_one_replaces_them(monkeypatch, tmp_path, capsys):
+    """The kept records of an earlier run showed the images a failed run wrote over theirs (the same names)."""
+    (tmp_path / "env.py").write_text(PICTURE_ENV.replace("(0, 0, 255)", "COLOUR"))
+    (tmp_path / "rewards.py").write_text(REWARDS)
+    script = {"a": ["x", "1, done"], "b": ["y", "0, done"]}  # a picture each
+    rows = [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}]
+    options = ("--env", f"{tmp_path / 'env.py'}:ShowPicture", "--output", str(tmp_path / "episodes.jsonl"))
+    folder = tmp_path / "images" / "episodes"
+
+    def pictures(colour, *extra):
+        (tmp_path / "env.py").write_text(PICTURE_ENV.replace("(0, 0, 255)", repr(colour)))
+        run_evaluate(monkeypatch, tmp_path, capsys, script, rows, *options, *extra)
+        records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+        return [path for record in records for path in record["images"]]
+
+    def colour_of(path):
+        with Image.open(tmp_path / path) as image:
+            return image.convert("RGB").getpixel((0, 0))
+
+    earlier = pictures((0, 0, 255))
+    with pytest.raises(SystemExit, match="row 1: .*cannot grade this one"):  # after row 0's picture was written
+        pictures((0, 255, 0), "--reward", f"{tmp_path / 'rewards.py'}:raising")
+    assert [colour_of(path) for path in earlier] == [(0, 0, 255)] * 2  # the kept records' pictures
+    assert len(os.listdir(folder)) == 3
+    later = pictures((255, 0, 0))
+    assert [colour_of(path) for path in later] == [(255, 0, 0)] * 2
+    assert sorted(os.listdir(folder)) == sorted(os.path.basename(path) for path in later)  # the others removed
 
 
 def test_a_request_the_endpoint_never_answers_times_out(tmp_path):

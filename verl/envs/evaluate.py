@@ -22,6 +22,8 @@ import io
 import json
 import math
 import os
+import re
+import secrets
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -562,16 +564,27 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
     }
 
 
+EPISODE_IMAGE = re.compile(r"(?:[0-9a-f]{6}_)?e\d{4,}_\d+\.png")
+"""The names of the images `episode_record` writes (a run's tag first): what a finished run removes of an earlier
+run's."""
+
+
+def _images_folder(output: str) -> str:
+    """images/<output's stem>/ beside `output`."""
+    stem = os.path.splitext(os.path.basename(output))[0]
+    return os.path.join(os.path.dirname(os.path.abspath(output)), "images", stem)
+
+
 def episode_record(
-    index: int, setup: EpisodeSetup, result: EpisodeResult, scores: dict[str, float], output: str
+    index: int, setup: EpisodeSetup, result: EpisodeResult, scores: dict[str, float], output: str, run: str = ""
 ) -> dict[str, Any]:
     """The episode in the rollout records' format (verl.data.rollout_dump.rollout_records; "step" and
     "advantage" are training's), plus "row" and "done"; its images are written under images/<output's stem>/ beside
-    `output`."""
-    stem = os.path.splitext(os.path.basename(output))[0]
+    `output`, named after the run's tag `run` (an earlier run's, whose records a failed run keeps, stay)."""
     folder = os.path.dirname(os.path.abspath(output))
+    relative = os.path.relpath(_images_folder(output), folder)
     paths = [
-        write_image(image, folder, f"images/{stem}/e{index:04d}_{k}.png") for k, image in enumerate(result.images)
+        write_image(image, folder, f"{relative}/{run}e{index:04d}_{k}.png") for k, image in enumerate(result.images)
     ]
     records = [message_record(m, paths) for m in result.messages]
     model_turns = [m["content"] for m in records if m["role"] == "assistant"]
@@ -810,13 +823,13 @@ def main(argv: list[str] | None = None) -> int:
             if folder is not None:  # a folder that does not exist yet is made, as the trainer's rollout_dir is
                 os.makedirs(folder, exist_ok=True)
             # written beside it and moved over it at the end: a run that fails keeps an earlier run's --output
-            partial = f"{args.output}.partial"
+            partial, tag = f"{args.output}.partial", f"{secrets.token_hex(3)}_"
             output = cleanup.enter_context(open(partial, "w", encoding="utf-8")) if args.output else None
         except OSError as error:
             raise SystemExit(f"evaluate: --output {args.output} cannot be written ({error.strerror}).") from None
         finished: list[bool] = []
         if output is not None:
-            cleanup.callback(_settle_output, output, args.output, lines, finished)
+            cleanup.callback(_settle_output, output, args.output, lines, finished, tag)
         data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
         firsts = []  # every row's images are checked before the first episode (PIL reads the headers only)
         for index, row in enumerate(rows):
@@ -881,7 +894,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(line), flush=True)
             lines.append(line)
             if output is not None:
-                record = episode_record(index, setup, result, score, args.output)
+                record = episode_record(index, setup, result, score, args.output, tag)
                 output.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
                 output.flush()
         finished.append(True)
@@ -889,12 +902,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _settle_output(output: Any, path: str, lines: list[Any], finished: list[bool]) -> None:
-    """The run's episodes replace --output once every row ran; a run that stopped keeps the earlier --output and
-    leaves its episodes in <output>.partial (none: removed)."""
+def _settle_output(output: Any, path: str, lines: list[Any], finished: list[bool], run: str) -> None:
+    """The run's episodes replace --output once every row ran (and its images an earlier run's: `run` tags this
+    run's); a run that stopped keeps the earlier --output and its images, and leaves its episodes in <output>.partial
+    (none: removed)."""
     output.close()
     if finished:
         os.replace(output.name, path)
+        images = _images_folder(path)
+        for name in os.listdir(images) if os.path.isdir(images) else []:
+            if EPISODE_IMAGE.fullmatch(name) and not name.startswith(run):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(images, name))
     elif lines:
         print(
             f"evaluate: the {len(lines)} episode(s) before the error are in {output.name}; --output {path} is as it "
