@@ -26,6 +26,7 @@ checkpoint can run code. Merge only checkpoints that you (or someone you trust) 
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -251,7 +252,17 @@ def check_intact(local_dir: str) -> None:
 
 
 def _checkpoint_index(local_dir: str) -> dict[str, Any]:
-    """The tensors' metadata of the DCP checkpoint in `local_dir` (its `.metadata`), by key."""
+    """The tensors' metadata of the DCP checkpoint in `local_dir` (its `.metadata`), by key; read once per version
+    of the file (the critic check, the shape check and the load each ask: a large model's index is megabytes)."""
+    try:
+        stat = os.stat(os.path.join(local_dir, ".metadata"))
+    except OSError:
+        stat = None
+    return _read_checkpoint_index(local_dir, stat and (stat.st_mtime_ns, stat.st_size, stat.st_ino))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_checkpoint_index(local_dir: str, version: tuple[int, int, int] | None) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
 
     try:

@@ -110,9 +110,15 @@ def test_unknown_dtype_is_refused() -> None:
     assert proc.returncode == 2 and "invalid choice: 'int8'" in proc.stderr
 
 
-def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path) -> None:
+def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path, monkeypatch) -> None:
+    import torch.distributed.checkpoint as dcp
+
     actor, weights = checkpoint
+    reads, read_metadata = [], dcp.FileSystemReader.read_metadata
+    monkeypatch.setattr(dcp.FileSystemReader, "read_metadata", lambda self: reads.append(1) or read_metadata(self))
+    merger._read_checkpoint_index.cache_clear()
     default = read_merged(merger.merge(actor, str(tmp_path / "bf16")))
+    assert len(reads) == 2  # the critic check, the shape check and the allocation share one read; dcp.load its own
     exact = read_merged(merger.merge(actor, str(tmp_path / "fp32"), dtype="fp32"))
     assert set(default) == set(exact) and "model.embed_tokens.weight" in default
     for key, tensor in default.items():
