@@ -517,20 +517,17 @@ class SFTDataset(torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------------------------------------ encoding
 
-    def encode(self, index: int, check_only: bool = False) -> dict[str, Any]:
+    def encode(self, index: int) -> dict[str, Any]:
         """input_ids, the assistant mask (1 = learned), the images and vision inputs.
         Assistant turn i's mask spans from the end of rendered `messages[:i]` plus generation prompt to the end of
         rendered `messages[:i + 1]`, trailing whitespace excluded; where the template renders the turn otherwise once
-        others follow it, the turn as the whole conversation renders it (`_turn_in_context`). `check_only`: the
-        mask's checks alone, on the text (image placeholders unexpanded, which merge with no neighbour), before
-        training: a row they refuse stopped the run at its step."""
+        others follow it, the turn as the whole conversation renders it (`_turn_in_context`)."""
         conversation = self._conversation(index)
-        self._text_ids = check_only
-        images = [] if check_only else self._load_images(conversation)
+        self._text_ids = False
+        images = self._load_images(conversation)
         full_text = self._render(conversation.messages, generation_prompt=False, tools=conversation.tools)
         ids, encoded = self._ids(full_text, images)
-        example = self._masked(index, conversation, full_text, ids, images, check_only)
-        return {**example, "encoded": encoded} if example else example
+        return {**self._masked(index, conversation, full_text, ids, images), "encoded": encoded}
 
     def _masked(
         self,
@@ -539,10 +536,12 @@ class SFTDataset(torch.utils.data.Dataset):
         full_text: str,
         ids: list[int],
         images: list[Any],
-        check_only: bool,
+        check_only: bool = False,
     ) -> dict[str, Any]:
         """`encode` from the conversation's text and its token ids on: the assistant mask, the stop token, the
-        length."""
+        length. `check_only` (the start-up check, `_text_ids` set): the mask's checks alone, on the text (image
+        placeholders unexpanded, which merge with no neighbour), before training: a row they refuse stopped the run
+        at its step; then {}."""
         messages, tools = conversation.messages, conversation.tools
         mask = [0] * len(ids)
         spans = []  # (turn, the text before it, the text through it) of each learned assistant turn
