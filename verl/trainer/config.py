@@ -475,7 +475,8 @@ class TrainerConfig(BaseTrainerConfig):
     val_only: bool = False
     """Validate and exit without training."""
     val_generations_to_log: int = 0
-    """Validation samples (prompt, response, score) written to the loggers."""
+    """Validation samples (prompt, response, ground truth, score) written to the loggers at each validation: the same
+    ones every time, drawn once with a fixed seed (the file logger's generations.jsonl, a wandb table, ...)."""
     rollout_data_dir: str | None = None
     """Where training rollouts are written: one step_N.jsonl per dumped step (prompts, responses, rewards with every
     key of the reward function, advantages, uids) plus its prompt images under images/step_N/; view them with
