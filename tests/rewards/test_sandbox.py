@@ -341,7 +341,9 @@ def test_waits_of_a_process_that_ended_still_count() -> None:
             process.kill()
             process.wait()
     assert while_alive > 0.2, while_alive
-    assert after >= while_alive - 0.01, (while_alive, after)
+    # without the ended process's wait it fell to the harness's own (~0); under a loaded machine the cap at the
+    # elapsed time less the CPU time used may take a little back (0.372 -> 0.357 once, beside the full suite)
+    assert after >= 0.8 * while_alive, (while_alive, after)
 
 
 def test_a_wait_under_way_counts_before_the_kernel_adds_it() -> None:

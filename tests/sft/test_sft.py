@@ -270,9 +270,9 @@ def test_the_check_names_every_bad_row_up_to_its_limit(models, monkeypatch) -> N
         SFTDataset(rows, tokenizer, None, data_config())
     lines = str(excinfo.value).splitlines()
     assert lines[0] == "3 rows of the data cannot be trained on (the check stops at 20):"
-    assert [line.split(", ")[1] for line in lines[1:]] == ["row 1", "row 4", "row 3"]  # reading, then masks
+    assert [line.split(", ")[1] for line in lines[1:]] == ["row 1", "row 3", "row 4"]  # in row order
     monkeypatch.setattr(sft_dataset, "REPORTED_ERRORS", 2)
-    with pytest.raises(SFTDataError, match=r"^at least 2 rows of the data .*\n.*, row 1, .*\n.*, row 4, [^\n]*$"):
+    with pytest.raises(SFTDataError, match=r"^at least 2 rows of the data .*\n.*, row 1, .*\n.*, row 3, [^\n]*$"):
         SFTDataset(rows, tokenizer, None, data_config())
 
 

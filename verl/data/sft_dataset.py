@@ -315,14 +315,15 @@ class SFTDataset(torch.utils.data.Dataset):
             )
 
     def _check_chunk(self, start: int, stop: int) -> list["SFTDataError"]:
-        """`_check_rows` on rows [start, stop): their texts tokenized in one call, then each row's checks."""
+        """`_check_rows` on rows [start, stop): their texts tokenized in one call, then each row's checks; the errors
+        in row order."""
         errors, rows = [], []
         for index in range(start, stop):
             try:
                 conversation = self._conversation(index)
                 rows.append((index, conversation, self._full_text(index, conversation)))
             except SFTDataError as error:
-                errors.append(error)
+                errors.append((index, error))
         texts = [text for *_, text in rows]
         encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         self._text_ids = True
@@ -335,8 +336,8 @@ class SFTDataset(torch.utils.data.Dataset):
                 if length > self.max_length:
                     self._check_overlong(index, conversation, length, extra)
             except SFTDataError as error:
-                errors.append(error)
-        return errors
+                errors.append((index, error))
+        return [error for _, error in sorted(errors, key=lambda pair: pair[0])]
 
     def _check_rendered_turns(self, index: int, conversation: Conversation, full_text: str) -> None:
         """Refuse a learned assistant turn that the chat template renders empty though its content is not: Qwen3
