@@ -97,6 +97,24 @@ def test_directory_without_tokenizer_files_is_an_error_that_names_it(tmp_path):
         get_tokenizer(str(tmp_path))
 
 
+def test_a_damaged_tokenizer_or_processor_file_is_named(text_dir, vl_dir, tmp_path):
+    """A tokenizer.json cut short ended the trainer in "Error: Expecting value: line 3872 column 13", no file named."""
+    import shutil
+
+    for source, name, load in (
+        (text_dir, "tokenizer.json", get_tokenizer),
+        (vl_dir, "processor_config.json", get_processor),
+    ):
+        folder = tmp_path / name
+        shutil.copytree(source, folder)
+        text = (folder / name).read_text()
+        (folder / name).write_text(text[: len(text) // 2])
+        with pytest.raises(
+            OSError, match=rf"from '{folder}': {name} is not valid JSON \(.*copy or download the model"
+        ):
+            load(str(folder))
+
+
 def test_get_processor_is_none_for_a_text_model(text_dir):
     assert get_processor(text_dir) is None
 

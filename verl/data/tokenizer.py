@@ -5,6 +5,7 @@ Unlike the bare Auto classes: a missing local path is an error naming it (not a 
 processor is None only for a model that has none, while a broken processor config raises."""
 
 import functools
+import json
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,23 @@ logger = logging.getLogger(__name__)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
 # Any of these means the model has a multimodal processor.
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+
+
+def _load_error(what: str, path: str, error: Exception) -> OSError:
+    """Why the `what` (tokenizer, processor) of `path` did not load: a JSON file of the folder that does not parse
+    (a download or copy that stopped; transformers' error named no file), else the library's error with its type."""
+    for name in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        if name.endswith(".json") and os.path.isfile(os.path.join(path, name)):
+            try:
+                with open(os.path.join(path, name), encoding="utf-8") as f:
+                    json.load(f)
+            except (OSError, ValueError) as damaged:
+                return OSError(
+                    f"Could not load a {what} from {path!r}: {name} is not valid JSON ({damaged}); a download or copy "
+                    "that stopped leaves such files: copy or download the model again."
+                )
+    detail = str(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+    return OSError(f"Could not load a {what} from {path!r}: {detail}")
 
 
 def _check_model_path(path: str, what: str) -> None:
@@ -64,8 +82,8 @@ def get_tokenizer(
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
-    except OSError as error:  # e.g. a Hub id while offline, or a directory without tokenizer files
-        raise OSError(f"Could not load a tokenizer from {path!r}: {error}") from error
+    except Exception as error:  # a Hub id while offline, a damaged tokenizer.json (a bare JSON error, no file named)
+        raise _load_error("tokenizer", path, error) from error
     _forget_load_options(tokenizer)
     if override_chat_template is not None:
         tokenizer.chat_template = _read_chat_template(override_chat_template)
@@ -235,8 +253,8 @@ def get_processor(
 
     try:
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
-    except OSError as error:
-        raise OSError(f"Could not load a processor from {path!r}: {error}") from error
+    except Exception as error:
+        raise _load_error("processor", path, error) from error
     if not isinstance(processor, ProcessorMixin):  # AutoProcessor falls back to the tokenizer for text models
         return None
     _forget_load_options(getattr(processor, "tokenizer", None))
