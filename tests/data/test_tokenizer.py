@@ -115,6 +115,30 @@ def test_a_damaged_tokenizer_or_processor_file_is_named(text_dir, vl_dir, tmp_pa
             load(str(folder))
 
 
+def test_a_chat_template_that_is_not_jinja_is_named_where_it_came_from(text_dir, vl_dir, tmp_path):
+    """It was a jinja2 traceback from the dataset's first look at the template."""
+    import shutil
+
+    broken = "{% for m in messages %}{{ m['content'] }"
+    folder = tmp_path / "model"
+    shutil.copytree(text_dir, folder)
+    (folder / "chat_template.jinja").write_text(broken)
+    with pytest.raises(
+        ValueError, match=rf"^the chat template of '{folder}' .* is not valid Jinja: unexpected '}}' \(line 1\)"
+    ):
+        get_tokenizer(str(folder))
+    (tmp_path / "chat.jinja").write_text(broken)
+    for load, source in ((get_tokenizer, text_dir), (get_processor, vl_dir)):
+        with pytest.raises(
+            ValueError, match=rf"^the chat template in '{tmp_path / 'chat.jinja'}' \(override_chat_template\)"
+        ):
+            load(source, override_chat_template=str(tmp_path / "chat.jinja"))
+        with pytest.raises(
+            ValueError, match=r"^the chat template given as override_chat_template's text is not valid"
+        ):
+            load(source, override_chat_template=broken)
+
+
 def test_get_processor_is_none_for_a_text_model(text_dir):
     assert get_processor(text_dir) is None
 

@@ -44,6 +44,29 @@ def _load_error(what: str, path: str, error: Exception) -> OSError:
     return OSError(f"Could not load a {what} from {path!r}: {detail}")
 
 
+def _check_template_syntax(template: str | dict[str, str] | None, path: str, override: str | None) -> None:
+    """A chat template that is not valid Jinja fails here, naming where it came from, not in a traceback from the
+    first prompt rendered (or the dataset's check of which variables it reads)."""
+    import jinja2
+
+    if override is None:
+        where = f"the chat template of {path!r} (its chat_template.jinja or tokenizer_config.json)"
+    else:
+        where = (
+            f"the chat template in {override!r} (override_chat_template)"
+            if os.path.isfile(override)
+            else ("the chat template given as override_chat_template's text")
+        )
+    for name, source in template.items() if isinstance(template, dict) else [("", template)]:
+        if not isinstance(source, str):
+            continue
+        try:
+            jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(_without_generation_tags(source))
+        except jinja2.TemplateSyntaxError as error:
+            named = f" (the one named {name!r})" if name else ""
+            raise ValueError(f"{where}{named} is not valid Jinja: {error.message} (line {error.lineno}).") from None
+
+
 def _check_model_path(path: str, what: str) -> None:
     """Fail early, naming the path, when a local path does not exist; a Hub id ("org/name") is left to the Hub."""
     if os.path.isdir(path):
@@ -87,6 +110,7 @@ def get_tokenizer(
     _forget_load_options(tokenizer)
     if override_chat_template is not None:
         tokenizer.chat_template = _read_chat_template(override_chat_template)
+    _check_template_syntax(tokenizer.chat_template, path, override_chat_template)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"Tokenizer of {path!r} has neither a pad nor an eos token; add one to its config.")
@@ -260,23 +284,28 @@ def get_processor(
     _forget_load_options(getattr(processor, "tokenizer", None))
     if override_chat_template is not None:
         processor.chat_template = processor.tokenizer.chat_template = _read_chat_template(override_chat_template)
+    _check_template_syntax(processor.chat_template, path, override_chat_template)
     return processor
 
 
 def _template_variables(template: str | dict[str, str]) -> set[str]:
     """The names a chat template reads from its caller (its undeclared Jinja variables); a tokenizer's named templates
     (a dict) together. transformers' `{% generation %}` tags are dropped first: plain Jinja does not know them."""
-    import re
-
     import jinja2
     from jinja2 import meta
 
     environment = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"])
     names: set[str] = set()
     for source in template.values() if isinstance(template, dict) else [template]:
-        source = re.sub(r"{%-?\s*(end)?generation\s*-?%}", "", source)
-        names |= meta.find_undeclared_variables(environment.parse(source))
+        names |= meta.find_undeclared_variables(environment.parse(_without_generation_tags(source)))
     return names
+
+
+def _without_generation_tags(source: str) -> str:
+    """transformers' `{% generation %}` tags dropped: plain Jinja does not know them."""
+    import re
+
+    return re.sub(r"{%-?\s*(end)?generation\s*-?%}", "", source)
 
 
 def no_chat_template_message(tokenizer: Any, renders: str, advice: str = "") -> str:
