@@ -299,6 +299,8 @@ def test_check_scores_converts_numbers_to_float_columns(function) -> None:
     columns = check_scores(function, scores, SAMPLES)
     assert columns == {"overall": [1.0, 0.0], "format": [1.0, 0.0], "accuracy": [0.5, 0.25]}
     assert all(type(value) is float for values in columns.values() for value in values)
+    # a bare number is the overall reward alone, as verl's functions return it (it was an error)
+    assert check_scores(function, [1, np.float32(0.5)], SAMPLES) == {"overall": [1.0, 0.5]}
 
 
 @pytest.mark.parametrize(
@@ -307,7 +309,8 @@ def test_check_scores_converts_numbers_to_float_columns(function) -> None:
         ([{"overall": 1.0}], None, "returned 1 scores for 2 samples"),
         ([{"overall": 1.0}] * 3, None, "returned 3 scores for 2 samples"),
         ({"overall": [1.0, 1.0]}, None, "returned a dict for a batch of 2 samples"),
-        ([{"overall": 1.0}, 0.5], 1, "sample 1 \\(uid u1\\) a float"),
+        ([{"overall": 1.0}, "0.5"], 1, "sample 1 \\(uid u1\\) a str"),
+        ([{"overall": 1.0, "accuracy": 1.0}, 0.5], 1, "keys \\['overall'\\], but sample 0 returned"),
         ([{"overall": 1.0}, {"accuracy": 1.0}], 1, "without 'overall'"),
         ([{"overall": float("nan")}, {"overall": 1.0}], 0, "sample 0 \\(uid u0\\) 'overall': nan"),
         ([{"overall": 1.0, "f": 0.0}, {"overall": 1.0, "f": -math.inf}], 1, "'f': -inf; rewards must be finite"),

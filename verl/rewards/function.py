@@ -601,8 +601,9 @@ def _as_float(value: Any) -> float | None:
 def check_scores(
     function: RewardFunction, scores: Any, samples: Sequence[Mapping[str, Any]]
 ) -> dict[str, list[float]]:
-    """Check one dict of finite floats with `overall` per sample; return the scores as columns (key -> list). Every
-    sample must return the same keys: each becomes a metric aligned with the batch."""
+    """Check one dict of finite floats with `overall` per sample (a bare number is `overall` alone, as verl's
+    functions return it); return the scores as columns (key -> list). Every sample must return the same keys: each
+    becomes a metric aligned with the batch."""
     if not isinstance(scores, (list, tuple)):
         raise RewardFunctionError(
             f"{function.label} returned a {type(scores).__name__} for a batch of {len(samples)} samples; a batch "
@@ -616,6 +617,8 @@ def check_scores(
     columns: dict[str, list[float]] = {}
     for index, (score, sample) in enumerate(zip(scores, samples)):
         where = f"{function.label} returned for sample {index}{uid_note(sample)}"
+        if _as_float(score) is not None:
+            score = {"overall": score}
         if not isinstance(score, Mapping):
             hint = ""
             if function.reward_type == "sequential" and isinstance(score, (list, tuple)):
