@@ -757,6 +757,34 @@ def test_a_tokenizer_folder_without_a_tokenizer_is_one_error_before_ray(models, 
             build_datasets(load_sft_config(sft_args(tmp_path, models["text"], str(tmp_path / "out"))))
 
 
+def test_a_tokenizer_with_ids_past_the_models_embedding_is_refused_before_ray(models, tmp_path) -> None:
+    """Another model's tokenizer (more tokens than the model's vocab_size) failed in the workers' forward, an
+    IndexError from the embedding; the RL trainer refuses it the same way (test_runner)."""
+    import shutil
+
+    from verl.data.sft_dataset import SFTDataError
+    from verl.models.tiny_models import build_tiny_model
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import build_datasets
+
+    write_conversations(tmp_path / "train.jsonl", 16, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 4, seed=1)
+    small = str(tmp_path / "small")
+    build_tiny_model(small, kind="qwen2", vocab_size=512)
+    args = sft_args(tmp_path, small, str(tmp_path / "out"), f"worker.model.tokenizer_path={models['text']}")
+    with pytest.raises(
+        SFTDataError,
+        match=r"tokenizer_path=.* does not fit worker.model.model_path=.*: the tokenizer has token ids up to \d+, and the model's embedding 576 rows",
+    ):
+        build_datasets(load_sft_config(args))
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # the folder's own tokenizer files replaced
+        shutil.copy(os.path.join(models["text"], name), os.path.join(small, name))
+    with pytest.raises(
+        SFTDataError, match=r"model_path=.*small: the tokenizer .* The folder's tokenizer files are another model's"
+    ):
+        build_datasets(load_sft_config(sft_args(tmp_path, small, str(tmp_path / "out"))))
+
+
 def test_an_export_that_runs_out_of_space_is_one_line_naming_the_checkpoint(tmp_path) -> None:
     """The export after the last checkpoint hit a full disk: a 55-line Ray traceback (safetensors' error is no
     OSError), no word of the checkpoint that was saved."""

@@ -314,6 +314,32 @@ def test_a_critic_of_another_vocabulary_is_refused_before_ray_starts(tmp_path):
     runner._prepare_inputs(with_critic(str(copy)))
 
 
+def test_a_tokenizer_with_ids_past_the_actors_embedding_is_refused_before_ray_starts(tmp_path):
+    """Another model's tokenizer (ids past the model's vocab_size) ended the run in an IndexError from vLLM's
+    embedding at the first generation."""
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    models = str(tmp_path / "models")
+    small, large = get_or_build_tiny_model("qwen2", models, vocab_size=512), get_or_build_tiny_model("qwen2", models)
+    row = {"prompt": "1+1?", "answer": "2"}
+    config = one_row_run(tmp_path, row, small, f"worker.actor.model.tokenizer_path={large}")
+    with pytest.raises(ray_setup.SetupError, match=r"tokenizer_path=.* does not fit worker.actor.model.model_path=.*"):
+        runner._prepare_inputs(config)
+    runner._prepare_inputs(one_row_run(tmp_path, row, large, f"worker.actor.model.tokenizer_path={small}"))  # fewer
+    # a vision-language model's vocab_size is its text_config's; a config without one says nothing
+    from verl.data.tokenizer import get_tokenizer
+    from verl.models.config import tokenizer_beyond_model
+
+    tokenizer = get_tokenizer(large, warn_no_pad=False)
+    assert "and the model's embedding 100 rows" in tokenizer_beyond_model(
+        tokenizer, {"text_config": {"vocab_size": 100}}
+    )
+    assert (
+        tokenizer_beyond_model(tokenizer, {"vocab_size": 10**6}) is None
+        and tokenizer_beyond_model(tokenizer, {}) is None
+    )
+
+
 def test_a_driver_without_a_gpu_on_a_gpu_cluster_does_not_train_on_the_cpus(monkeypatch):
     """trainer.device=auto is resolved in the driver's process: a driver on a CPU-only head (`ray job submit`, a
     KubeRay head) made the run a CPU run over the GPU cluster, saying nothing. The cluster's nodes are given as Ray

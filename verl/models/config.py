@@ -442,6 +442,37 @@ def _hub_id_problem(name: str) -> str | None:
     return None
 
 
+def tokenizer_beyond_model(tokenizer: Any, model_config: Any) -> str | None:
+    """Why `tokenizer` gives token ids that the model (`model_config`: a transformers config, or config.json's dict)
+    has no embedding row for: its highest id (added tokens included) at or past the language model's vocab_size.
+    None where they fit, or the config has no vocab_size. (Qwen's embeddings have more rows than tokens: fine.)"""
+    text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    if isinstance(text, dict):
+        text = text.get("text_config") if isinstance(text.get("text_config"), dict) else text
+        size = text.get("vocab_size")
+    else:
+        size = getattr(text, "vocab_size", None)
+    if not isinstance(size, int) or isinstance(size, bool):
+        return None
+    top = max(tokenizer.get_vocab().values(), default=-1)
+    if top < size:
+        return None
+    return (
+        f"the tokenizer has token ids up to {top}, and the model's embedding {size} rows (vocab_size in its "
+        f"config.json): an id from {size} on indexes past it, in a traceback from the first generation"
+    )
+
+
+def vocabulary_refusal(prefix: str, model_path: str, tokenizer_path: str, problem: str) -> str:
+    """The error for `tokenizer_beyond_model`'s `problem`, naming the keys under `prefix` (worker.actor.model.)."""
+    if os.path.abspath(os.path.expanduser(tokenizer_path)) == os.path.abspath(os.path.expanduser(model_path)):
+        return f"{prefix}model_path={model_path}: {problem}. The folder's tokenizer files are another model's."
+    return (
+        f"{prefix}tokenizer_path={tokenizer_path} does not fit {prefix}model_path={model_path}: {problem}. Give the "
+        "model's own tokenizer (unset tokenizer_path)."
+    )
+
+
 def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
     """How to turn a checkpoint's actor folder into a model directory: the merger command, then the folder to
     `then` (one wording for every message that says it)."""

@@ -76,6 +76,7 @@ def batch_indices(num_rows: int, batch_size: int, epoch: int, seed: int, shuffle
 def build_datasets(config: SFTConfig) -> tuple["SFTDataset", "SFTDataset | None", Any]:
     from verl.data.sft_dataset import SFTDataError, SFTDataset
     from verl.data.tokenizer import eos_token_ids, get_processor, get_tokenizer
+    from verl.models.config import tokenizer_beyond_model, vocabulary_refusal
     from verl.models.rope_index import load_model_config
 
     model, data = config.worker.model, config.data
@@ -88,6 +89,8 @@ def build_datasets(config: SFTConfig) -> tuple["SFTDataset", "SFTDataset | None"
     except (OSError, ValueError) as error:
         where = f"worker.model.tokenizer_path={model.tokenizer_path}, worker.model.model_path={model.model_path}"
         raise SFTDataError(f"The model or its tokenizer cannot be loaded ({where}): {error}") from None
+    if problem := tokenizer_beyond_model(tokenizer, model_config):
+        raise SFTDataError(vocabulary_refusal("worker.model.", model.model_path, model.tokenizer_path, problem))
     train = SFTDataset(data.train_files, tokenizer, processor, data, model_config, stop_ids)
     val = SFTDataset(data.val_files, tokenizer, processor, data, model_config, stop_ids) if data.val_files else None
     if len(train) < data.batch_size:

@@ -12,6 +12,7 @@ from typing import Any
 from verl.algorithms.advantages import estimator_needs_critic
 from verl.data.rollout_dump import set_aside_later_rollouts
 from verl.data.tokenizer import get_processor, get_tokenizer, template_reads, vocabulary_difference
+from verl.models.config import read_model_config, tokenizer_beyond_model, vocabulary_refusal
 from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, RewardActorStartError, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
@@ -257,6 +258,15 @@ def _check_critic_vocabulary(config: PPOConfig, tokenizer: Any) -> None:
         )
 
 
+def _check_model_vocabulary(config: PPOConfig, tokenizer: Any) -> None:
+    """SetupError where the tokenizer gives ids past the actor's embedding (another model's tokenizer_path)."""
+    model = config.worker.actor.model
+    model_config = read_model_config("worker.actor.model.model_path", model.model_path)
+    problem = model_config is not None and tokenizer_beyond_model(tokenizer, model_config)
+    if problem:
+        raise SetupError(vocabulary_refusal("worker.actor.model.", model.model_path, model.tokenizer_path, problem))
+
+
 def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     """What needs no Ray and no model, so its errors come first: tokenizer, processor, data loaders (every row
     checked) and the checkpoint to resume from (looked up and checked against the run, not loaded)."""
@@ -285,6 +295,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     tokenizer = get_tokenizer(model.tokenizer_path, **options)
     # the model's own processor, as the workers' and vLLM's: data.min/max_pixels resize the images before it
     processor = get_processor(model.tokenizer_path, **options)
+    _check_model_vocabulary(config, tokenizer)
     _check_critic_vocabulary(config, tokenizer)
     rollout = config.worker.rollout
     tools = None
