@@ -7,6 +7,7 @@ import torch
 
 from verl.models.config import ModelConfig
 from verl.models.loading import (
+    ModelLoadError,
     build_model,
     freeze_vision_tower,
     get_vision_tower,
@@ -54,6 +55,29 @@ def test_unsupported_vision_language_families_are_refused(model_dirs):
     config["model_type"] = "ernie4_5_vl_moe"  # not supported
     with pytest.raises(NotImplementedError, match="Model 'tiny' is a 'ernie4_5_vl_moe' vision-language model"):
         refuse_unsupported_model("Model 'tiny'", config)
+
+
+def test_weights_that_do_not_fit_the_config_are_one_error_naming_a_tensor(model_dirs, tmp_path):
+    """A config.json edited after the weights were saved: transformers raised after a report of every layer, which
+    the trainer printed as an 86-line traceback from the worker."""
+    import json
+    import shutil
+
+    folder = tmp_path / "edited"
+    shutil.copytree(model_dirs["qwen2"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    saved = config["intermediate_size"]
+    config["intermediate_size"] = 2 * saved
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError) as error:
+        build_model(ModelConfig(model_path=str(folder)))
+    hidden = config["hidden_size"]
+    assert str(error.value) == (
+        f"Model '{folder}': its weights do not fit its config.json: model.layers.0.mlp.down_proj.weight is "
+        f"[{hidden}, {saved}] in the weights, [{hidden}, {2 * saved}] by the config (and "
+        f"{3 * config['num_hidden_layers'] - 1} more tensors); a config.json edited after the weights were saved, or "
+        "another model's."
+    )
 
 
 def test_meta_build_has_the_same_tree_without_storage(model_dirs):

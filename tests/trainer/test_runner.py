@@ -340,6 +340,25 @@ def test_a_tokenizer_with_ids_past_the_actors_embedding_is_refused_before_ray_st
     )
 
 
+def test_a_model_whose_weights_do_not_load_ends_the_cli_in_one_line(tmp_path, monkeypatch, capsys):
+    """The worker's ModelLoadError (weights that do not fit config.json, tests/models/test_loading.py) reaches the
+    driver inside Ray's task error: one line and exit 2, as a setup error, no traceback and no resume hint."""
+    from verl.models.loading import ModelLoadError
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.trainer import main as trainer_main
+
+    config = one_row_run(tmp_path, {"prompt": "1+1?", "answer": "2"}, get_or_build_tiny_model("qwen2", str(tmp_path)))
+
+    def failing(config):
+        raise ModelLoadError("Model 'm': its weights do not fit its config.json: w is [1] in the weights, [2] by it")
+
+    monkeypatch.setattr(trainer_main, "load_config_or_exit", lambda *args: config)
+    monkeypatch.setattr(trainer_main, "run", failing)
+    assert trainer_main.main([]) == 2
+    err = capsys.readouterr().err
+    assert err == "Error: Model 'm': its weights do not fit its config.json: w is [1] in the weights, [2] by it\n"
+
+
 def test_a_driver_without_a_gpu_on_a_gpu_cluster_does_not_train_on_the_cpus(monkeypatch):
     """trainer.device=auto is resolved in the driver's process: a driver on a CPU-only head (`ray job submit`, a
     KubeRay head) made the run a CPU run over the GPU cluster, saying nothing. The cluster's nodes are given as Ray

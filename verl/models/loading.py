@@ -34,7 +34,7 @@ from verl.models.config import (
 from verl.models.gated_deltanet import use_packed_linear_attention
 from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
 from verl.models.structure import get_language_model, get_vision_tower
-from verl.utils.hub import safetensors_files
+from verl.utils.hub import safetensors_files, safetensors_shapes
 
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,27 @@ def resolve_attn_implementation(requested: str = "auto") -> str:
     return requested
 
 
+class ModelLoadError(ValueError):
+    """A model folder whose weights do not fit its config.json (a config edited after the weights were saved, or
+    another model's): one line naming the tensors, where transformers raised after a report of every layer."""
+
+
+def _shape_mismatches(model_class: Any, config: PretrainedConfig, kwargs: dict[str, Any], path: str) -> str:
+    """The tensors whose saved shape differs from the one `config` builds (the weights' names as saved; a name that
+    the loader maps to another is left out)."""
+    with torch.device("meta"):
+        built = {
+            name: list(tensor.shape) for name, tensor in model_class.from_config(config, **kwargs).state_dict().items()
+        }
+    saved = safetensors_shapes(path)
+    differ = [(name, shape, built[name]) for name, shape in sorted(saved.items()) if built.get(name, shape) != shape]
+    if not differ:
+        return "its weights do not fit its config.json (transformers' load report above names them)"
+    name, shape, wanted = differ[0]
+    more = f" (and {len(differ) - 1} more tensors)" if len(differ) > 1 else ""
+    return f"its weights do not fit its config.json: {name} is {shape} in the weights, {wanted} by the config{more}"
+
+
 def build_model(
     model_config: ModelConfig,
     *,
@@ -108,7 +129,16 @@ def build_model(
         with contextlib.suppress(OSError):  # the folder's stop tokens and sampling defaults, as from_pretrained
             model.generation_config = GenerationConfig.from_pretrained(model_config.model_path)
     else:
-        model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
+        try:
+            model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
+        except RuntimeError as error:  # transformers' "ignore_mismatched_sizes" error, after its load report
+            if "mismatched_sizes" not in str(error):
+                raise
+            problem = _shape_mismatches(model_class, config, kwargs, model_config.model_path)
+            raise ModelLoadError(
+                f"Model '{model_config.model_path}': {problem}; a config.json edited after the weights were saved, "
+                "or another model's."
+            ) from None
     set_fields(model.config, dropout)  # the saved and exported config keeps the model's own
     text_config = model.config.get_text_config()
     model.use_cache_as_loaded = (getattr(model.config, "use_cache", None), getattr(text_config, "use_cache", None))

@@ -317,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if use_writable_dirs_or_exit() is not None:
         return 2
     from verl.data.sft_dataset import SFTDataError
+    from verl.models.loading import ModelLoadError
     from verl.single_controller.ray.base import WorkerDiedError
     from verl.trainer.ray_setup import SetupError
     from verl.utils.logger.tracker import LoggerStartError
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_sft(config)
     # a ConfigError: one that only running finds
-    except (ConfigError, SFTDataError, CheckpointFolderError, LoggerStartError, SetupError) as err:
+    except (ConfigError, SFTDataError, CheckpointFolderError, LoggerStartError, SetupError, ModelLoadError) as err:
         print(
             f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {user_error_message(err)}",
             file=sys.stderr,

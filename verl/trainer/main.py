@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl.algorithms.user_functions import AlgorithmFunctionError
     from verl.data.dataset import DatasetRowError
     from verl.envs.base import EnvCodeError, EnvStepTimeoutError
+    from verl.models.loading import ModelLoadError
     from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.single_controller.ray.base import WorkerDiedError
     from verl.single_controller.ray.resource import InsufficientResourcesError, PlacementGroupTimeoutError
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SetupError, CheckpointSaveError) as err:  # CheckpointSaveError: disk full or unwritable
         print(f"Error: {err}", file=sys.stderr)
         return 2 if isinstance(err, SetupError) else 1
+    except ModelLoadError as err:  # a worker's model load, before any step
+        print(f"Error: {user_error_message(err)}", file=sys.stderr)
+        return 2
     except (InsufficientResourcesError, PlacementGroupTimeoutError) as err:  # the cluster, before any step
         print(f"Error: {err}", file=sys.stderr)
         return 2
