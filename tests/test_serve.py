@@ -111,6 +111,34 @@ def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, 
         assert message in capsys.readouterr().err
 
 
+def test_weights_that_do_not_fit_the_config_are_one_error_when_the_engine_fails(
+    tiny_model, tmp_path, monkeypatch, capsys
+):
+    """vLLM's error for them was a 149-line traceback ending in "start (0) + length (1024) exceeds dimension size
+    (512)"; when the engine fails to start, the folder's shapes are compared with its config (the engine is a
+    stand-in that fails as vLLM's did: starting the real one costs ~15 s)."""
+    import json
+    import shutil
+
+    from verl.serve import chat, server
+
+    folder = tmp_path / "edited"
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["intermediate_size"] *= 2
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("start (0) + length (1024) exceeds dimension size (512).")
+
+    monkeypatch.setattr(chat, "ChatEngine", failing)
+    assert server.main(["--model", str(folder), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"Error: --model '{folder}': its weights do not fit its config.json: model.layers.0.mlp.down_proj" in err
+    with pytest.raises(RuntimeError, match="exceeds dimension size"):  # weights that fit: the engine's own error
+        server.main(["--model", tiny_model, "--port", "0"])
+
+
 def test_every_sampling_field_reaches_the_sampling_params():
     got = params(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n")
     assert (got.max_tokens, got.temperature, got.top_p, got.n, got.seed, got.stop) == (5, 0.5, 0.9, 2, 3, ["\n"])

@@ -86,17 +86,19 @@ class ModelLoadError(ValueError):
     another model's): one line naming the tensors, where transformers raised after a report of every layer."""
 
 
-def _shape_mismatches(model_class: Any, config: PretrainedConfig, kwargs: dict[str, Any], path: str) -> str:
-    """The tensors whose saved shape differs from the one `config` builds (the weights' names as saved; a name that
-    the loader maps to another is left out)."""
+def weights_config_mismatch(path: str, trust_remote_code: bool = False, config: Any = None) -> str | None:
+    """Which saved tensor of the model folder `path` has another shape than its config.json (or `config`) builds, on
+    the meta device (the weights' names as saved; a name the loader maps to another is left out); None where all
+    fit. For the error of a load that failed: it builds the model's module tree."""
+    config = config if config is not None else AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model_class = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
     with torch.device("meta"):
-        built = {
-            name: list(tensor.shape) for name, tensor in model_class.from_config(config, **kwargs).state_dict().items()
-        }
+        model = model_class.from_config(config, trust_remote_code=trust_remote_code)
+    built = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
     saved = safetensors_shapes(path)
     differ = [(name, shape, built[name]) for name, shape in sorted(saved.items()) if built.get(name, shape) != shape]
     if not differ:
-        return "its weights do not fit its config.json (transformers' load report above names them)"
+        return None
     name, shape, wanted = differ[0]
     more = f" (and {len(differ) - 1} more tensors)" if len(differ) > 1 else ""
     return f"its weights do not fit its config.json: {name} is {shape} in the weights, {wanted} by the config{more}"
@@ -134,7 +136,9 @@ def build_model(
         except RuntimeError as error:  # transformers' "ignore_mismatched_sizes" error, after its load report
             if "mismatched_sizes" not in str(error):
                 raise
-            problem = _shape_mismatches(model_class, config, kwargs, model_config.model_path)
+            problem = weights_config_mismatch(model_config.model_path, model_config.trust_remote_code, config) or (
+                "its weights do not fit its config.json (transformers' load report above names them)"
+            )
             raise ModelLoadError(
                 f"Model '{model_config.model_path}': {problem}; a config.json edited after the weights were saved, "
                 "or another model's."

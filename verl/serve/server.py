@@ -279,6 +279,16 @@ def main(argv: list[str] | None = None) -> int:
         bound.close()
         print(f"Error: {error}", file=sys.stderr)
         return 2
+    except Exception:  # vLLM's error for weights that do not fit config.json is a tensor's bounds ("start (0) + ...")
+        bound.close()
+        problem = _weights_problem(args.model)
+        if problem is None:
+            raise
+        print(
+            f"Error: --model '{args.model}': {problem}; a config.json edited after the weights were saved, or another model's.",
+            file=sys.stderr,
+        )
+        return 2
     server = make_server(engine, args.host, args.port, bound)
     host, port = server.server_address[:2]
     print(
@@ -297,6 +307,16 @@ def main(argv: list[str] | None = None) -> int:
         for number, handler in previous.items():
             signal.signal(number, handler)
     return 0
+
+
+def _weights_problem(model: str) -> str | None:
+    """`weights_config_mismatch` of a local model folder whose engine did not start; None where it says nothing."""
+    from verl.models.loading import weights_config_mismatch
+
+    try:
+        return weights_config_mismatch(model) if os.path.isdir(model) else None
+    except Exception:  # the diagnosis must not hide the engine's own error
+        return None
 
 
 def _exit_on_signal(number: int, frame: Any) -> None:
