@@ -1283,6 +1283,15 @@ def test_weights_cut_short_or_missing_shards_are_refused_naming_the_file(files, 
         (sharded / "model-00001-of-00002.safetensors").read_bytes()
     )
     load_config([*args, f"worker.actor.model.model_path={sharded}"])  # whole again
+    # a peft adapter's folder: "a folder without config.json" said nothing of what it is
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-7B", "r": 8}))
+    no_tensors(adapter / "adapter_model.safetensors")
+    with pytest.raises(
+        ConfigError, match=r"holds a LoRA adapter of Qwen/Qwen2.5-7B \(adapter_config.json\), not a model"
+    ):
+        load_config([*args, f"worker.actor.model.model_path={adapter}"])
 
 
 def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):

@@ -390,10 +390,26 @@ def weights_problem(path: str | None) -> str | None:
     return None
 
 
+def adapter_folder(path: str) -> str | None:
+    """What to say of a folder holding a peft adapter (adapter_config.json) but no model's config.json, else None."""
+    try:
+        with open(os.path.join(os.path.expanduser(path), "adapter_config.json"), encoding="utf-8") as f:
+            base = json.load(f).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    of = f" of {base}" if isinstance(base, str) and base else ""
+    return (
+        f"holds a LoRA adapter{of} (adapter_config.json), not a model: merge it into its base model first (peft's "
+        "merge_and_unload, then save_pretrained) and give that folder."
+    )
+
+
 def require_model_files(key: str, path: str | None) -> None:
     """A local model folder (config key `key`) holds a config.json and weights that open, which the workers load; a
     hub id is left to them."""
     missing = missing_model_files(path)
+    if missing and (adapter := adapter_folder(path)):
+        raise ConfigError(f"{key}='{path}' {adapter}")
     if missing:
         raise ConfigError(
             f"{key}='{path}' is a folder without {missing}; give a Hugging Face model folder (a training checkpoint "
@@ -421,6 +437,8 @@ def model_folder_problem(path: str, name: str) -> str | None:
         return f"{name} '{path}' {what}; give a Hugging Face model directory."
     problem = unexported_checkpoint(path)
     if problem is None and (missing := missing_model_files(path)):
+        if adapter := adapter_folder(path):
+            return f"{name} '{path}' {adapter}"
         return f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory."
     if problem is None and (damaged := weights_problem(path)):
         return f"{name} '{path}': {damaged}; {DAMAGED_WEIGHTS_ADVICE}"
