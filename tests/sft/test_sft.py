@@ -774,7 +774,7 @@ def test_a_tokenizer_with_ids_past_the_models_embedding_is_refused_before_ray(mo
     args = sft_args(tmp_path, small, str(tmp_path / "out"), f"worker.model.tokenizer_path={models['text']}")
     with pytest.raises(
         SFTDataError,
-        match=r"tokenizer_path=.* does not fit worker.model.model_path=.*: the tokenizer has token ids up to \d+, and the model's embedding 576 rows",
+        match=r"tokenizer_path=.* does not fit worker.model.model_path=.*: the tokenizer's vocabulary has 2048 tokens, and the model's embedding 576 rows",
     ):
         build_datasets(load_sft_config(args))
     for name in ("tokenizer.json", "tokenizer_config.json"):  # the folder's own tokenizer files replaced

@@ -462,8 +462,9 @@ def _hub_id_problem(name: str) -> str | None:
 
 def tokenizer_beyond_model(tokenizer: Any, model_config: Any) -> str | None:
     """Why `tokenizer` gives token ids that the model (`model_config`: a transformers config, or config.json's dict)
-    has no embedding row for: its highest id (added tokens included) at or past the language model's vocab_size.
-    None where they fit, or the config has no vocab_size. (Qwen's embeddings have more rows than tokens: fine.)"""
+    has no embedding row for: its base vocabulary (the ids any text tokenizes to; added special tokens left out, as
+    some tokenizers reserve ones past the embedding that no text produces) larger than the language model's
+    vocab_size. None where it fits, or the config has no vocab_size. (Qwen's embeddings have more rows: fine.)"""
     text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     if isinstance(text, dict):
         text = text.get("text_config") if isinstance(text.get("text_config"), dict) else text
@@ -472,11 +473,11 @@ def tokenizer_beyond_model(tokenizer: Any, model_config: Any) -> str | None:
         size = getattr(text, "vocab_size", None)
     if not isinstance(size, int) or isinstance(size, bool):
         return None
-    top = max(tokenizer.get_vocab().values(), default=-1)
-    if top < size:
+    tokens = getattr(tokenizer, "vocab_size", None)
+    if not isinstance(tokens, int) or tokens <= size:
         return None
     return (
-        f"the tokenizer has token ids up to {top}, and the model's embedding {size} rows (vocab_size in its "
+        f"the tokenizer's vocabulary has {tokens} tokens, and the model's embedding {size} rows (vocab_size in its "
         f"config.json): an id from {size} on indexes past it, in a traceback from the first generation"
     )
 
