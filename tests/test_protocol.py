@@ -1,5 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
+import math
 import os
 import pickle
 
@@ -538,3 +539,174 @@ def test_collate_fn_errors():
         collate_fn([{"ids": torch.zeros(2)}, {"ids": torch.zeros(3)}])
     with pytest.raises(TypeError, match="'ids' mixes tensors and non-tensors \\(row 1\\)"):
         collate_fn([{"ids": torch.zeros(2)}, {"ids": [0, 0]}])
+
+
+# Edges a mutation audit found unpinned: indices, meta_info in unions and selects, concat's fill, pickling.
+
+
+def rows_dp(num_rows=4, **meta):
+    return DataProto.from_dict(
+        tensors={"x": torch.arange(num_rows * 3).reshape(num_rows, 3)},
+        non_tensors={"uid": [f"u{i}" for i in range(num_rows)]},
+        meta_info=meta or {"temperature": 1.0},
+    )
+
+
+def test_a_union_with_its_own_nan_column_is_no_conflict():
+    dp = DataProto.from_dict(non_tensors={"reward/pass_rate": [float("nan"), 1.0]})
+    dp.union(dp.select())  # the same column (NaN where a route lacks the key) on both sides is no conflict
+    assert len(dp) == 2
+
+
+def test_a_union_refuses_meta_dicts_that_differ():
+    with pytest.raises(ValueError, match="meta_info 'cfg'"):
+        rows_dp(2, cfg={"a": 1}).union(rows_dp(2, cfg={"a": 1, "b": 2}))
+
+
+def test_a_union_refuses_a_list_against_a_tuple():
+    with pytest.raises(ValueError, match="meta_info 'ids'"):
+        rows_dp(2, ids=[1, 2]).union(rows_dp(2, ids=(1, 2)))
+
+
+def test_a_union_refuses_lists_of_another_length():
+    with pytest.raises(ValueError, match="meta_info 'ids'"):
+        rows_dp(2, ids=[1]).union(rows_dp(2, ids=[1, 2]))
+
+
+def test_an_index_past_the_rows_is_refused():
+    with pytest.raises(IndexError, match="out of range"):
+        rows_dp(4)[[0, 4]]
+
+
+def test_negative_indices_in_a_list_count_from_the_end():
+    assert rows_dp(4)[[-4]].non_tensor_batch["uid"].tolist() == ["u0"]
+
+
+def test_a_tensor_that_requires_grad_survives_pickling():
+    dp = DataProto.from_dict(tensors={"w": torch.ones(2, 2, requires_grad=True)})
+    back = pickle.loads(pickle.dumps(dp))
+    assert back.batch["w"].requires_grad and torch.equal(back.batch["w"], torch.ones(2, 2))
+
+
+def test_bf16_rows_go_out_of_band():
+    big = DataProto.from_dict(tensors={"h": torch.zeros(100, 256, dtype=torch.bfloat16)})
+    buffers = []
+    payload = pickle.dumps(big[:10], protocol=5, buffer_callback=buffers.append)
+    assert sum(memoryview(b).nbytes for b in buffers) == 10 * 256 * 2  # bf16 rows go out of band too
+    assert pickle.loads(payload, buffers=buffers).batch["h"].dtype == torch.bfloat16
+
+
+def test_a_zero_dimensional_column_is_refused():
+    from tensordict import TensorDict
+
+    with pytest.raises(ValueError, match="'u' has no rows"):
+        DataProto(
+            batch=TensorDict({"x": torch.zeros(2)}, batch_size=[2]),
+            non_tensor_batch={"u": np.array(None, dtype=object)},
+        )
+
+
+def test_a_float_tensor_index_is_refused():
+    with pytest.raises(IndexError):
+        rows_dp(4)[torch.tensor(1.0)]
+
+
+def test_a_bool_index_is_refused():
+    with pytest.raises(TypeError):
+        rows_dp(4)[True]
+
+
+def test_a_negative_int_index_counts_from_the_end():
+    assert rows_dp(4)[-4].non_tensor_batch["uid"] == "u0"
+
+
+def test_a_rows_meta_info_is_the_batchs():
+    dp = rows_dp(2)
+    assert dp[0].meta_info is dp.meta_info
+
+
+def test_select_keeps_every_meta_key():
+    dp = rows_dp(2, temperature=1.0, n=2)
+    assert dp.select(batch_keys=["x"]).meta_info == {"temperature": 1.0, "n": 2}
+
+
+def test_select_with_deepcopy_copies_nested_meta():
+    dp = rows_dp(2, cfg={"a": 1})
+    dp.select(deepcopy=True).meta_info["cfg"]["a"] = 2
+    assert dp.meta_info["cfg"] == {"a": 1}
+
+
+def test_concat_refuses_other_non_tensor_keys_even_after_an_empty_piece():
+    a = rows_dp(2)[0:0]
+    a.non_tensor_batch["note"] = to_object_array([])
+    b = rows_dp(2)
+    b.non_tensor_batch["other"] = to_object_array([1.0, 2.0])
+    with pytest.raises(ValueError, match="non-tensor keys"):
+        DataProto.concat([a, b])
+
+
+def test_concat_fills_a_column_of_numpy_floats_with_nan():
+    a, b = rows_dp(2), rows_dp(2)
+    a.non_tensor_batch["env_solved"] = np.array([np.float32(1.0), np.float32(0.0)], dtype=object)
+    merged = DataProto.concat([a, b])
+    np.testing.assert_array_equal(merged.non_tensor_batch["env_solved"].astype(float), [1.0, 0.0, np.nan, np.nan])
+
+
+def test_concat_fills_a_column_the_first_piece_lacks():
+    a, b = rows_dp(2), rows_dp(2)
+    a.non_tensor_batch["env_solved"] = np.array([1.0, 0.0], dtype=object)
+    merged = DataProto.concat([b, a])  # the first piece lacks the column
+    np.testing.assert_array_equal(merged.non_tensor_batch["env_solved"].astype(float), [np.nan, np.nan, 1.0, 0.0])
+
+
+def test_repeat_doubles_by_default():
+    assert len(rows_dp(3).repeat()) == 6
+
+
+def test_reorder_takes_negative_indices():
+    dp = rows_dp(4)
+    dp.reorder([-1, 0, 1, 2])
+    assert dp.non_tensor_batch["uid"].tolist() == ["u3", "u0", "u1", "u2"]
+
+
+def test_pad_to_divisor_refuses_zero():
+    with pytest.raises(ValueError, match="positive divisor"):
+        rows_dp(2).pad_to_divisor(0)
+
+
+def test_unpadding_an_empty_batch_leaves_it_empty():
+    empty = rows_dp(2)[0:0]
+    padded, pad_size = empty.pad_to_divisor(4)
+    assert pad_size == 0 and len(unpad_dataproto(padded, pad_size)) == 0
+    padded, pad_size = rows_dp(1).pad_to_divisor(2)
+    assert len(unpad_dataproto(padded[1:], 1)) == 0
+
+
+def test_from_dict_copies_the_callers_meta():
+    meta = {"temperature": 1.0}
+    dp = DataProto.from_dict(tensors={"x": torch.zeros(2)}, meta_info=meta)
+    dp.meta_info["step"] = 3
+    assert meta == {"temperature": 1.0}
+
+
+def test_a_receiver_writes_to_its_own_copy_of_shared_buffers():
+    big = DataProto.from_dict(tensors={"h": torch.zeros(10, 4)})
+    buffers = []
+    payload = pickle.dumps(big, protocol=5, buffer_callback=buffers.append)
+    shared = [bytes(b.raw()) for b in buffers]  # read-only memory, as Ray's object store hands it over
+    back = pickle.loads(payload, buffers=shared)
+    back.batch["h"].add_(1)
+    assert shared[0] == bytes(10 * 4 * 4)  # the receiver wrote to its own copy
+
+
+def test_concat_fills_with_a_float_nan_not_none():
+    a, b = rows_dp(2), rows_dp(2)
+    a.non_tensor_batch["env_solved"] = np.array([1.0, 0.0], dtype=object)
+    merged = DataProto.concat([a, b]).non_tensor_batch["env_solved"]
+    assert isinstance(merged[2], float) and math.isnan(merged[2])
+
+
+def test_plain_value_gives_python_numbers():
+    from verl.protocol import plain_value
+
+    assert type(plain_value(np.float64(1.5))) is float and type(plain_value(np.int64(3))) is int

@@ -780,7 +780,8 @@ def test_a_tokenizer_with_ids_past_the_models_embedding_is_refused_before_ray(mo
     for name in ("tokenizer.json", "tokenizer_config.json"):  # the folder's own tokenizer files replaced
         shutil.copy(os.path.join(models["text"], name), os.path.join(small, name))
     with pytest.raises(
-        SFTDataError, match=r"model_path=.*small: the tokenizer's vocabulary .* The folder's tokenizer files are another model's"
+        SFTDataError,
+        match=r"model_path=.*small: the tokenizer's vocabulary .* The folder's tokenizer files are another model's",
     ):
         build_datasets(load_sft_config(sft_args(tmp_path, small, str(tmp_path / "out"))))
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
+from verl.utils import seqlen_balancing
 from verl.utils.seqlen_balancing import (
     balance_batch,
     dynamic_micro_batches,
@@ -122,3 +123,83 @@ def test_padded_micro_batches_errors_name_the_fix():
         padded_micro_batches([10], [100], 64)
     with pytest.raises(ValueError, match="no samples"):
         padded_micro_batches([], [], 64)
+
+
+# Edges a mutation audit found unpinned: exact budgets, top-ups to a group's count, the equal-count rule.
+
+
+def test_karmarkar_karp_refuses_zero_groups():
+    with pytest.raises(ValueError, match="non-empty"):
+        seqlen_balancing.karmarkar_karp([1, 2], 0)
+
+
+def test_a_row_exactly_at_the_token_budget_is_a_micro_batch_of_its_own():
+    assert sorted(seqlen_balancing.dynamic_micro_batches([40, 40], max_token_len=40)) == [
+        [0],
+        [1],
+    ]  # each fills the budget exactly
+
+
+def test_rows_under_the_budget_share_one_micro_batch():
+    assert seqlen_balancing.dynamic_micro_batches([5, 3], max_token_len=40) == [[0, 1]]
+
+
+def test_rows_that_fill_the_budget_exactly_are_not_split():
+    assert seqlen_balancing.dynamic_micro_batches([20, 20], max_token_len=40) == [
+        [0, 1]
+    ]  # 40 tokens fit a budget of 40
+
+
+def test_padded_rows_that_fill_the_budget_exactly_are_not_split():
+    assert seqlen_balancing.padded_micro_batches([2, 2], [2, 2], max_token_len=8) == [[0, 1]]  # 2 rows x (2 + 2) = 8
+
+
+def balance_data(lengths):
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return DataProto.from_dict(tensors={"attention_mask": mask})
+
+
+def test_balance_batch_reports_the_rows_length_spread():
+    metrics = seqlen_balancing.balance_batch(balance_data([16, 15, 14, 13, 2, 2, 1, 1]), world_size=2)
+    assert metrics["global_seqlen/min"] == 6.0 and metrics["global_seqlen/max"] == 58.0
+    assert metrics["global_seqlen/mean"] == 32.0
+
+
+def test_balance_batch_reports_the_best_equal_count_split():
+    metrics = seqlen_balancing.balance_batch(
+        balance_data([5, 4, 3, 1]), world_size=2
+    )  # best equal-count split: {5, 1} / {4, 3}
+    assert metrics["global_seqlen/balanced_min"] == 6.0 and metrics["global_seqlen/balanced_max"] == 7.0
+
+
+def test_balance_batch_sorts_before_it_partitions():
+    metrics = seqlen_balancing.balance_batch(balance_data([1, 3, 2, 2]), world_size=2)
+    assert metrics["global_seqlen/balanced_min"] == 4.0 and metrics["global_seqlen/balanced_max"] == 4.0
+
+
+def test_balance_batch_keeps_equal_row_counts_and_reports_what_each_rank_gets():
+    data = balance_data([3, 1, 1, 1])
+    metrics = seqlen_balancing.balance_batch(data, world_size=2)
+    ranks = [int(chunk.batch["attention_mask"].sum()) for chunk in data.chunk(2)]
+    assert sorted(ranks) == [2, 4]  # 2 rows a rank: {3, 1} / {1, 1} is the best there is
+    assert [metrics["global_seqlen/balanced_min"], metrics["global_seqlen/balanced_max"]] == [min(ranks), max(ranks)]
+
+
+def test_karmarkar_karp_leaves_no_group_empty_with_zero_sized_items():
+    partitions = seqlen_balancing.karmarkar_karp([0, 1], 2)  # documented: no group is empty when len(sizes) >= k
+    assert sorted(partitions) == [[0], [1]]
+
+
+def test_dynamic_micro_batches_top_up_to_the_groups_largest_count(monkeypatch):
+    monkeypatch.setattr(
+        seqlen_balancing, "_group_max_count", lambda count, num_samples, group: 3
+    )  # another rank needs 3
+    assert len(seqlen_balancing.dynamic_micro_batches([10, 10, 10], max_token_len=40)) == 3
+
+
+def test_padded_micro_batches_top_up_by_splitting_a_splittable_batch(monkeypatch):
+    monkeypatch.setattr(seqlen_balancing, "_group_max_count", lambda count, num_samples, group: 3)
+    # alone: [[0], [1, 2]] (row 0 costs 20); the splittable [1, 2] is halved, never the single row
+    assert sorted(seqlen_balancing.padded_micro_batches([10, 1, 1], [10, 1, 1], max_token_len=20)) == [[0], [1], [2]]
