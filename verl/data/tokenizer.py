@@ -61,7 +61,7 @@ def _check_template_syntax(template: str | dict[str, str] | None, path: str, ove
         if not isinstance(source, str):
             continue
         try:
-            jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(_without_generation_tags(source))
+            _parsed_template(source)
         except jinja2.TemplateSyntaxError as error:
             named = f" (the one named {name!r})" if name else ""
             raise ValueError(f"{where}{named} is not valid Jinja: {error.message} (line {error.lineno}).") from None
@@ -291,21 +291,24 @@ def get_processor(
 def _template_variables(template: str | dict[str, str]) -> set[str]:
     """The names a chat template reads from its caller (its undeclared Jinja variables); a tokenizer's named templates
     (a dict) together. transformers' `{% generation %}` tags are dropped first: plain Jinja does not know them."""
-    import jinja2
     from jinja2 import meta
 
-    environment = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"])
     names: set[str] = set()
     for source in template.values() if isinstance(template, dict) else [template]:
-        names |= meta.find_undeclared_variables(environment.parse(_without_generation_tags(source)))
+        names |= meta.find_undeclared_variables(_parsed_template(source))
     return names
 
 
-def _without_generation_tags(source: str) -> str:
-    """transformers' `{% generation %}` tags dropped: plain Jinja does not know them."""
+@functools.lru_cache(maxsize=16)
+def _parsed_template(source: str) -> Any:
+    """A chat template's Jinja syntax tree, transformers' `{% generation %}` tags dropped (plain Jinja does not know
+    them); parsed once per template for the load's syntax check and the dataset's look at its variables."""
     import re
 
-    return re.sub(r"{%-?\s*(end)?generation\s*-?%}", "", source)
+    import jinja2
+
+    source = re.sub(r"{%-?\s*(end)?generation\s*-?%}", "", source)
+    return jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(source)
 
 
 def no_chat_template_message(tokenizer: Any, renders: str, advice: str = "") -> str:

@@ -284,10 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = _weights_problem(args.model)
         if problem is None:
             raise
-        print(
-            f"Error: --model '{args.model}': {problem}; a config.json edited after the weights were saved, or another model's.",
-            file=sys.stderr,
-        )
+        advice = "a config.json edited after the weights were saved, or another model's"
+        print(f"Error: --model '{args.model}': {problem}; {advice}.", file=sys.stderr)
         return 2
     server = make_server(engine, args.host, args.port, bound)
     host, port = server.server_address[:2]
