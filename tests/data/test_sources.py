@@ -180,6 +180,24 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     assert [source.row(i)["messages"] for i in range(len(source))] == [only[0]["messages"], "hello"]
 
 
+def test_integers_beyond_a_float_are_read_exactly(tmp_path):
+    """An integer past int64, or past 2**53 beside a fraction in its column, was read as a float: the answer
+    12345678901234567891 reached the reward as "12345678901234567168" and a correct response scored 0."""
+    from verl.data.sources import ground_truth
+
+    (tmp_path / "big.jsonl").write_text('{"a": 12345678901234567891, "b": 9007199254740993}\n{"a": 3, "b": 0.5}\n')
+    (tmp_path / "big.json").write_text('[{"a": 9007199254740993, "b": 1}, {"a": -0.25, "b": 2}]')
+    expected = {"big.jsonl": [("12345678901234567891", "9007199254740993"), ("3", "0.5")]}
+    expected["big.json"] = [("9007199254740993", "1"), ("-0.25", "2")]
+    for name, rows in expected.items():
+        source = load_source(str(tmp_path / name))
+        got = [(ground_truth(source.row(i)["a"]), ground_truth(source.row(i)["b"])) for i in range(len(source))]
+        assert got == rows, name
+    # a float column of plain sizes keeps datasets' own type
+    (tmp_path / "small.jsonl").write_text('{"a": 3}\n{"a": 0.5}\n')
+    assert load_source(str(tmp_path / "small.jsonl")).row(0)["a"] == 3.0
+
+
 def test_csv_text_that_pandas_reads_as_missing_is_read_as_written(tmp_path):
     """pandas (datasets' CSV reader) reads the cells None, NA, nan, N/A and null as missing: a row whose answer is
     "None" was a row without an answer (refused). Only an empty cell is missing now; a number column stays numbers."""

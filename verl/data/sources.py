@@ -288,10 +288,16 @@ def _cell_text(value: Any) -> str:
 
 def _as_written(loaded: Any, path: str) -> Any:
     """`loaded` with its mixed-type columns (a number in one row, text in another: datasets' `Json` type, which reads
-    every string that parses as JSON as that value, "007" as 7 and "[1, 2]" as a list) holding the file's values."""
+    every string that parses as JSON as that value, "007" as 7 and "[1, 2]" as a list) holding the file's values, as
+    do its float columns holding an integer beyond float's 53 bits: an integer past int64, or beside a fraction in its
+    column, is read as a float, so 12345678901234567891 became 12345678901234567168 (a correct answer scored 0)."""
     import datasets
 
-    mixed = [name for name, feature in loaded.features.items() if isinstance(feature, datasets.Json)]
+    mixed = [
+        name
+        for name, feature in loaded.features.items()
+        if isinstance(feature, datasets.Json) or _past_float_integers(loaded, name, feature)
+    ]
     columns = _json_columns(path, mixed) if mixed else None
     if columns is None or any(len(values) != len(loaded) for values in columns.values()):
         return loaded
@@ -301,6 +307,18 @@ def _as_written(loaded: Any, path: str) -> Any:
         loaded = loaded.add_column(written, values, feature=datasets.Json()).remove_columns(name)
         loaded = loaded.rename_column(written, name)
     return loaded
+
+
+def _past_float_integers(loaded: Any, name: str, feature: Any) -> bool:
+    """Whether float column `name` holds a value of 2**53 or more in size, where floats no longer hold every integer
+    (so the file's integer may not be the value read)."""
+    import datasets
+    import pyarrow.compute as pc
+
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("float64", "float32")):
+        return False
+    largest = pc.max(pc.abs(loaded.data.column(name))).as_py()
+    return largest is not None and largest >= 2**53
 
 
 def _json_columns(path: str, names: list[str]) -> dict[str, list[str]] | None:
