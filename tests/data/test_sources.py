@@ -180,7 +180,7 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     assert [source.row(i)["messages"] for i in range(len(source))] == [only[0]["messages"], "hello"]
 
 
-def test_integers_beyond_a_float_are_read_exactly(tmp_path):
+def test_numeric_answers_reach_the_reward_as_written(tmp_path):
     """An integer past int64, or past 2**53 beside a fraction in its column, was read as a float: the answer
     12345678901234567891 reached the reward as "12345678901234567168" and a correct response scored 0."""
     from verl.data.sources import ground_truth
@@ -193,6 +193,11 @@ def test_integers_beyond_a_float_are_read_exactly(tmp_path):
         source = load_source(str(tmp_path / name))
         got = [(ground_truth(source.row(i)["a"]), ground_truth(source.row(i)["b"])) for i in range(len(source))]
         assert got == rows, name
+    # lists of accepted answers: [4] beside [3, 0.5] was read as [4.0], and "Answer: 4" scored -1 in dapo.py
+    (tmp_path / "lists.jsonl").write_text('{"a": [3, 0.5]}\n{"a": [4]}\n')
+    source = load_source(str(tmp_path / "lists.jsonl"))
+    answers = [ground_truth(source.row(i)["a"]) for i in range(len(source))]
+    assert [[str(item) for item in answer] for answer in answers] == [["3", "0.5"], ["4"]]
     # a float column of plain sizes keeps datasets' own type
     (tmp_path / "small.jsonl").write_text('{"a": 3}\n{"a": 0.5}\n')
     assert load_source(str(tmp_path / "small.jsonl")).row(0)["a"] == 3.0

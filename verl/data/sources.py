@@ -605,10 +605,13 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
 def ground_truth(answer: Any) -> Any:
     """An answer as reward functions get it: a number as its text, an integral float as an int's ("42", not "42.0",
     which an exact match fails: an int column with a missing value, or JSON Lines answers 3, 4, 5.5, are stored as
-    floats), a bool as "True" / "False"; text, lists and dicts as they are; None for a missing answer (null, or NaN,
-    pandas' missing value)."""
+    floats), a bool as "True" / "False"; text and dicts as they are, a list with its integral floats as ints (the
+    accepted answers [4] beside [3, 0.5] in another row are read as [4.0], which an exact match of "4" failed); None
+    for a missing answer (null, or NaN, pandas' missing value)."""
     if isinstance(answer, float) and math.isnan(answer):
         return None
+    if isinstance(answer, list):
+        return [plain_number(item) for item in answer]
     return str(plain_number(answer)) if isinstance(answer, (int, float)) else answer
 
 
