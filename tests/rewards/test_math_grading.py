@@ -375,6 +375,8 @@ def test_arguments_are_checked(pool: VerifierPool) -> None:
         ("Answer: 12\nbecause of the above", "12"),  # only the rest of the line
         ("The answer is **42**.", "42"),  # bold, then the full stop
         ("**Final Answer**: 42", "42"),
+        ("Answer: `13`", "13"),  # markdown code: math-verify found no answer in it
+        ("Answer: **`$13$`**.", "13"),
         ("Answer:\n7", "7"),  # on the next line, as DAPO's pattern reads it
         ("Answer: 12 dollars", "12"),  # up to the first word of prose: math-verify read "12*d*o*l*l*a*r*s"
         ("Answer: $12$ dollars", "12"),

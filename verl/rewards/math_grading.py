@@ -51,8 +51,8 @@ _WORD_FIRST = re.compile(r"\**[A-Za-z]{2,}\b")
 _ANSWER_END = re.compile(r"\.(?=\s)|[\s,;]+\(?[A-Za-z]{2,}\b")
 """Where an answer line's answer ends: the end of its sentence, or the first word of prose after it ("5 because",
 "12 dollars"); a LaTeX command ("\\text", "\\in") is no such word."""
-_LINE_EDGES = re.compile(r"^[\s*]+|[\s*.]+$")
-"""Markdown bold around the answer line, and its final full stop."""
+_LINE_EDGES = re.compile(r"^[\s*`]+|[\s*`.]+$")
+"""Markdown bold or inline code around the answer line, and its final full stop."""
 # Digit groups joined by TeX's thin space or braced comma ("1\\,000", "1{,}000"), not after a decimal point.
 _TEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\{,\})\d{3})+(?!\d)")
 _TEX_SEPARATOR = re.compile(r"\\,|\{,\}")
