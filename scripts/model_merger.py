@@ -375,6 +375,15 @@ def merge(
     return _recorded(local_dir, target_dir)
 
 
+def _in_target(error: Exception, target_dir: str | None) -> bool:
+    """Whether `error` is a missing folder in --target_dir's path as it was written (a folder of /proc, which passes
+    the access check as root, cannot be made: "No such file or directory"), not a checkpoint file that is missing."""
+    if not (isinstance(error, FileNotFoundError) and error.filename and target_dir):
+        return False
+    target = os.path.abspath(target_dir)
+    return os.path.commonpath([os.path.abspath(str(error.filename)), target]) == target
+
+
 @contextlib.contextmanager
 def _staged(target_dir: str, own: bool, replaced: list[str]) -> Iterator[str]:
     """The folder to export into: `target_dir`, or for the checkpoint's own huggingface/ or adapter folder (`own`) a
@@ -564,8 +573,13 @@ def main(argv: list[str] | None = None) -> int:
             args.local_dir, args.target_dir, args.dtype, args.adapter_only, args.base_model, args.trust_remote_code
         )
     except (FileNotFoundError, ValueError, UploadError) as err:
-        print(f"model_merger: {err}", file=sys.stderr)
-        return 2
+        if not _in_target(err, args.target_dir):
+            print(f"model_merger: {err}", file=sys.stderr)
+            return 2
+        print(
+            f"model_merger: cannot write {err.filename}: {err.strerror}; choose another --target_dir.", file=sys.stderr
+        )
+        return 1
     except OSError as err:  # the target cannot be written: a file on its path, no permission, a full disk
         where = err.filename or args.target_dir or "the target directory"
         print(

@@ -231,6 +231,16 @@ def test_a_target_that_cannot_be_written_is_one_line_before_the_model_is_built(c
         assert "should be a directory" not in proc.stderr  # (transformers' warning as it saved: not reached)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user the access check refuses /proc before the export")
+def test_a_target_folder_the_system_cannot_make_is_one_line(checkpoint) -> None:
+    """As root, a folder under /proc passes the access check, and making it fails after the model was built: that
+    read "model_merger: [Errno 2] No such file or directory: '/proc/merged'", as a checkpoint file that is missing."""
+    actor, _ = checkpoint
+    proc = run_merger("--local_dir", actor, "--target_dir", "/proc/verl-merged")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write /proc/verl-merged: No such file or directory; choose another --target_dir." in proc.stderr
+
+
 def test_lora_options_on_a_full_checkpoint_are_refused(checkpoint, tmp_path) -> None:
     actor, _ = checkpoint
     for flag in (["--adapter_only"], ["--base_model", str(tmp_path)]):
