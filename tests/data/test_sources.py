@@ -183,7 +183,7 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
 def test_numeric_answers_reach_the_reward_as_written(tmp_path):
     """An integer past int64, or past 2**53 beside a fraction in its column, was read as a float: the answer
     12345678901234567891 reached the reward as "12345678901234567168" and a correct response scored 0."""
-    from verl.data.sources import ground_truth
+    from verl.data.sources import ground_truth, row_value
 
     (tmp_path / "big.jsonl").write_text('{"a": 12345678901234567891, "b": 9007199254740993}\n{"a": 3, "b": 0.5}\n')
     (tmp_path / "big.json").write_text('[{"a": 9007199254740993, "b": 1}, {"a": -0.25, "b": 2}]')
@@ -198,6 +198,15 @@ def test_numeric_answers_reach_the_reward_as_written(tmp_path):
     source = load_source(str(tmp_path / "lists.jsonl"))
     answers = [ground_truth(source.row(i)["a"]) for i in range(len(source))]
     assert [[str(item) for item in answer] for answer in answers] == [["3", "0.5"], ["4"]]
+    # ... in a dict's field (verl's reward_model.ground_truth) or a list
+    (tmp_path / "nested.jsonl").write_text(
+        '{"reward_model": {"ground_truth": 12345678901234567891}, "a": [9007199254740993]}\n'
+        '{"reward_model": {"ground_truth": 0.5}, "a": [0.5]}\n'
+    )
+    source = load_source(str(tmp_path / "nested.jsonl"))
+    assert ground_truth(row_value(source.row(0), "reward_model.ground_truth")) == "12345678901234567891"
+    assert [str(item) for item in ground_truth(source.row(0)["a"])] == ["9007199254740993"]
+    assert ground_truth(row_value(source.row(1), "reward_model.ground_truth")) == "0.5"
     # a float column of plain sizes keeps datasets' own type
     (tmp_path / "small.jsonl").write_text('{"a": 3}\n{"a": 0.5}\n')
     assert load_source(str(tmp_path / "small.jsonl")).row(0)["a"] == 3.0

@@ -310,15 +310,25 @@ def _as_written(loaded: Any, path: str) -> Any:
 
 
 def _past_float_integers(loaded: Any, name: str, feature: Any) -> bool:
-    """Whether float column `name` holds a value of 2**53 or more in size, where floats no longer hold every integer
-    (so the file's integer may not be the value read)."""
+    """Whether column `name` holds a float of 2**53 or more in size, where floats no longer hold every integer (so
+    the file's integer may not be the value read): the column's own values, a list's items or a dict's fields
+    (verl's `reward_model.ground_truth`), at any depth."""
     import datasets
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not (isinstance(feature, datasets.Value) and feature.dtype in ("float64", "float32")):
+    def past(values: Any) -> bool:
+        kind = values.type
+        if pa.types.is_floating(kind):
+            largest = pc.max(pc.abs(values)).as_py()
+            return largest is not None and largest >= 2**53
+        if pa.types.is_struct(kind):
+            return any(past(pc.struct_field(values, [i])) for i in range(kind.num_fields))
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            return past(pc.list_flatten(values))
         return False
-    largest = pc.max(pc.abs(loaded.data.column(name))).as_py()
-    return largest is not None and largest >= 2**53
+
+    return not isinstance(feature, datasets.Json) and past(loaded.data.column(name))
 
 
 def _json_columns(path: str, names: list[str]) -> dict[str, list[str]] | None:
