@@ -223,6 +223,21 @@ def test_csv_text_that_pandas_reads_as_missing_is_read_as_written(tmp_path):
     assert [source.row(i)["level"] for i in range(len(source))] == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_a_csv_number_column_with_an_empty_cell_stays_numbers(tmp_path):
+    """An empty cell (missing) was compared as None with "" and every cell of its column was read as text: a row's
+    response cap "16", a score "0.5". An integer column with a gap is read as floats (16.0, written "16")."""
+    (tmp_path / "gaps.csv").write_text("prompt,answer,max_response_tokens,score\na,1,16,0.5\nb,2,,\nc,3,8.0,1.5\n")
+    source = load_source(str(tmp_path / "gaps.csv"))
+    rows = [source.row(i) for i in range(len(source))]
+    assert [row["score"] for row in rows] == [0.5, None, 1.5]
+    assert [row["max_response_tokens"] for row in rows] == [16, None, 8]
+    assert all(isinstance(row["max_response_tokens"], (float, type(None))) for row in rows)
+    # text beside a gap stays as written
+    (tmp_path / "text.csv").write_text("prompt,answer\na,007\nb,\nc,1.50\n")
+    source = load_source(str(tmp_path / "text.csv"))
+    assert [source.row(i)["answer"] for i in range(len(source))] == ["007", None, "1.50"]
+
+
 def test_ndjson_is_read_and_unread_formats_in_a_folder_are_named(tmp_path, caplog):
     """`.ndjson` is JSON Lines; a folder's compressed shards were skipped without a word (1 of 3 files trained on)."""
     import gzip

@@ -275,15 +275,16 @@ def _cells_as_written(loaded: Any, path: str) -> Any:
         if not isinstance(feature, datasets.Value) or name not in cells[0]:
             continue
         written = [row[name] or None for row in cells]  # an empty cell is missing, as datasets read it
-        if any(cell != _cell_text(value) for cell, value in zip(written, loaded[name])):
+        if any((cell or "") not in _cell_texts(value) for cell, value in zip(written, loaded[name])):
             loaded = loaded.remove_columns(name).add_column(name, written)
     return loaded
 
 
-def _cell_text(value: Any) -> str:
-    """How a CSV cell that datasets read as `value` was written, if it was written plainly."""
+def _cell_texts(value: Any) -> tuple[str, ...]:
+    """How a CSV cell that datasets read as `value` was written, if it was written plainly (an integer column with an
+    empty cell is read as floats: 16.0 was written "16" or "16.0")."""
     missing = value is None or (isinstance(value, float) and value != value)  # an empty cell: None or NaN
-    return "" if missing else str(value)
+    return ("",) if missing else (str(value), str(plain_number(value)))
 
 
 def _as_written(loaded: Any, path: str) -> Any:
