@@ -238,6 +238,28 @@ def test_a_csv_number_column_with_an_empty_cell_stays_numbers(tmp_path):
     assert [source.row(i)["answer"] for i in range(len(source))] == ["007", None, "1.50"]
 
 
+def test_json_lines_with_blank_lines_and_a_mixed_column_are_read(tmp_path):
+    """datasets looks for columns of mixed types only where every line parses: a file with a blank line (one at its
+    end is common) and answers that are numbers in some rows and text in others did not load ("changed from string
+    to number ... Check that it is valid json")."""
+    text = '{"prompt": "a", "answer": "x/2"}\n\n{"prompt": "b", "answer": 2}\n'
+    for name, content in (
+        ("inside.jsonl", text),
+        ("end.jsonl", text.replace("\n\n", "\n") + "\n"),
+        ("crlf.json", text),
+    ):
+        (tmp_path / name).write_bytes(content.replace("\n", "\r\n" if name == "crlf.json" else "\n").encode())
+        source = load_source(str(tmp_path / name))
+        assert [source.row(i) for i in range(len(source))] == [
+            {"prompt": "a", "answer": "x/2"},
+            {"prompt": "b", "answer": 2},
+        ], name
+    # a file that is not valid JSON Lines is still named as such
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "answer": "x"}\n\n{"prompt": "b", "answer": 2\n')
+    with pytest.raises(ValueError, match=r"is not valid JSON: line 3 \(row 1\)"):
+        load_source(str(tmp_path / "bad.jsonl"))
+
+
 def test_ndjson_is_read_and_unread_formats_in_a_folder_are_named(tmp_path, caplog):
     """`.ndjson` is JSON Lines; a folder's compressed shards were skipped without a word (1 of 3 files trained on)."""
     import gzip

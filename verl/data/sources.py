@@ -15,6 +15,7 @@ import math
 import os
 import re
 import shlex
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -243,13 +244,17 @@ def _load_file(path: str) -> Any:
         where = _json_error(path) if builder == "json" else None
         if where is not None:
             raise ValueError(f"Dataset file {path!r} is not valid JSON: {where}.") from None
-        reason = str(error).rstrip(". ") or type(error).__name__
-        cause = error.__cause__ or error.__context__  # datasets' wrapper hides the parser's line ("Expected 2 fields")
-        if cause is not None and str(cause) and str(cause) not in reason:
-            reason += f" ({type(cause).__name__}: {str(cause).strip()[:300]})"
-        raise ValueError(
-            f"Could not read dataset file {path!r}: {reason}. Check that it is valid {builder}."
-        ) from error
+        loaded = _read_without_blank_lines(path) if builder == "json" else None
+        if loaded is None:
+            reason = str(error).rstrip(". ") or type(error).__name__
+            cause = (
+                error.__cause__ or error.__context__
+            )  # datasets' wrapper hides the parser's line ("Expected 2 fields")
+            if cause is not None and str(cause) and str(cause) not in reason:
+                reason += f" ({type(cause).__name__}: {str(cause).strip()[:300]})"
+            raise ValueError(
+                f"Could not read dataset file {path!r}: {reason}. Check that it is valid {builder}."
+            ) from error
     finally:
         json_log.setLevel(level)
     if len(loaded) == 0:
@@ -259,6 +264,35 @@ def _load_file(path: str) -> Any:
     if builder == "csv":
         loaded = _cells_as_written(loaded, path)
     return loaded
+
+
+def _read_without_blank_lines(path: str) -> Any:
+    """A valid JSON Lines file with blank lines (one at its end is common), read from a copy without them, or None
+    for a file without any. datasets (5.2) looks for columns of mixed types (a number answer in one row, text in
+    another) only where every line parses, so such a file failed to load ("changed from string to number"). The copy
+    and its cache live in a temporary folder; the rows are kept in memory."""
+    import datasets
+
+    with open(path, "rb") as f:
+        if all(line.strip() for line in f):
+            return None
+    with tempfile.TemporaryDirectory(prefix="verl-jsonl-") as folder:
+        copy = os.path.join(folder, os.path.basename(path))
+        with open(path, "rb") as source, open(copy, "wb") as target:
+            for line in source:
+                if line.strip():
+                    target.write(line if line.endswith(b"\n") else line + b"\n")
+        try:
+            with datasets_progress_bars_off():
+                return datasets.load_dataset(
+                    "json",
+                    data_files=copy,
+                    split="train",
+                    cache_dir=os.path.join(folder, "cache"),
+                    keep_in_memory=True,
+                )
+        except Exception:
+            return None
 
 
 def _cells_as_written(loaded: Any, path: str) -> Any:
