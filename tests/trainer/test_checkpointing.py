@@ -540,6 +540,19 @@ def test_space_warning_when_the_next_checkpoint_would_not_fit(tmp_path):
     assert "trainer.save_limit" in warning
 
 
+def test_the_hint_after_a_failure_reads_past_another_tools_tracker(tmp_path):
+    """A run that never reads the tracker (find_last_checkpoint=false) starts beside EasyR1's; when it then failed,
+    the hint's look at the tracker raised inside the error handler: a chained traceback, not the one-line error."""
+    root = str(tmp_path)
+    with open(os.path.join(root, TRACKER_FILE), "w", encoding="utf-8") as f:
+        json.dump({"last_global_step": 3, "last_actor_path": "x"}, f)
+    assert resume_hint(root, find_last=False) == (
+        "With trainer.find_last_checkpoint=false running the same command again starts over."
+    )
+    assert resume_hint(root).startswith("Running the same command again does not resume: ")
+    assert "EasyR1" in resume_hint(root)
+
+
 def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
     root = str(tmp_path)
     assert resume_hint(root) == "No checkpoint of this run was saved: running the same command again starts over."

@@ -214,7 +214,7 @@ def resume_hint(save_root: str, find_last: bool = True, explicit: str | None = N
     trainer.load_checkpoint_path `explicit`), and the latest checkpoint under `save_root` when that is elsewhere."""
     try:
         latest = find_last_checkpoint(save_root)
-    except RuntimeError as err:  # weights-only or interrupted saves, or every one damaged
+    except (RuntimeError, ValueError) as err:  # weights-only, interrupted or damaged saves; another tool's tracker
         if find_last and explicit is None:
             return f"Running the same command again does not resume: {err}"
         latest = None
