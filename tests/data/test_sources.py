@@ -238,10 +238,21 @@ def test_a_csv_number_column_with_an_empty_cell_stays_numbers(tmp_path):
     assert [source.row(i)["answer"] for i in range(len(source))] == ["007", None, "1.50"]
 
 
-def test_json_lines_with_blank_lines_and_a_mixed_column_are_read(tmp_path):
-    """datasets looks for columns of mixed types only where every line parses: a file with a blank line (one at its
-    end is common) and answers that are numbers in some rows and text in others did not load ("changed from string
-    to number ... Check that it is valid json")."""
+def test_json_lines_with_blank_lines_or_a_late_mixed_column_are_read(tmp_path):
+    """datasets looks for columns of mixed types only in a file's first 10 MB and only where every line parses: a file
+    with a blank line (one at its end is common) and answers that are numbers in some rows and text in others did not
+    load ("changed from string to number ... Check that it is valid json"), nor a larger file whose answers turn to
+    text after its first 10 MB ("Failed to parse string: '"x/2"' as a scalar of type int64")."""
+    late = tmp_path / "late.jsonl"
+    late.write_text(
+        "".join(json.dumps({"prompt": "p" * 2000, "answer": i}) + "\n" for i in range(5300))
+        + json.dumps({"prompt": "last", "answer": "x/2", "level": "007"})
+        + "\n"
+    )
+    assert late.stat().st_size > 10 << 20
+    source = load_source(str(late))
+    assert len(source) == 5301 and source.row(3) == {"prompt": "p" * 2000, "answer": 3, "level": None}
+    assert source.row(5300) == {"prompt": "last", "answer": "x/2", "level": "007"}
     text = '{"prompt": "a", "answer": "x/2"}\n\n{"prompt": "b", "answer": 2}\n'
     for name, content in (
         ("inside.jsonl", text),

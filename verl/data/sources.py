@@ -244,12 +244,11 @@ def _load_file(path: str) -> Any:
         where = _json_error(path) if builder == "json" else None
         if where is not None:
             raise ValueError(f"Dataset file {path!r} is not valid JSON: {where}.") from None
-        loaded = _read_without_blank_lines(path) if builder == "json" else None
+        loaded = _read_as_written(path) if builder == "json" else None
         if loaded is None:
             reason = str(error).rstrip(". ") or type(error).__name__
-            cause = (
-                error.__cause__ or error.__context__
-            )  # datasets' wrapper hides the parser's line ("Expected 2 fields")
+            # datasets' wrapper hides the parser's line ("Expected 2 fields")
+            cause = error.__cause__ or error.__context__
             if cause is not None and str(cause) and str(cause) not in reason:
                 reason += f" ({type(cause).__name__}: {str(cause).strip()[:300]})"
             raise ValueError(
@@ -266,17 +265,20 @@ def _load_file(path: str) -> Any:
     return loaded
 
 
-def _read_without_blank_lines(path: str) -> Any:
-    """A valid JSON Lines file with blank lines (one at its end is common), read from a copy without them, or None
-    for a file without any. datasets (5.2) looks for columns of mixed types (a number answer in one row, text in
-    another) only where every line parses, so such a file failed to load ("changed from string to number"). The copy
-    and its cache live in a temporary folder; the rows are kept in memory."""
+def _read_as_written(path: str) -> Any:
+    """A valid JSON or JSON Lines file that datasets could not read, with every column of datasets' `Json` type (which
+    `_as_written` then fills with the file's values), or None. datasets (5.2) infers a column's type from the file's first 10 MB and looks for columns of
+    mixed types (a number answer in one row, text in another) only there, and only where every line parses: a file
+    whose answers turn from numbers to text later, or with a blank line (one at its end is common), failed to load.
+    The file is read from a copy without blank lines; the copy and the cache live in a temporary folder, the rows in
+    memory."""
     import datasets
 
-    with open(path, "rb") as f:
-        if all(line.strip() for line in f):
-            return None
-    with tempfile.TemporaryDirectory(prefix="verl-jsonl-") as folder:
+    names = _json_names(path)
+    if not names:
+        return None
+    features = datasets.Features({name: datasets.Json() for name in names})
+    with tempfile.TemporaryDirectory(prefix="verl-json-") as folder:
         copy = os.path.join(folder, os.path.basename(path))
         with open(path, "rb") as source, open(copy, "wb") as target:
             for line in source:
@@ -288,11 +290,30 @@ def _read_without_blank_lines(path: str) -> Any:
                     "json",
                     data_files=copy,
                     split="train",
+                    features=features,
                     cache_dir=os.path.join(folder, "cache"),
                     keep_in_memory=True,
                 )
         except Exception:
             return None
+
+
+def _json_names(path: str) -> list[str] | None:
+    """The keys of a JSON file's rows (a list of objects, or JSON Lines), in the order they first appear; None for
+    another layout or a file that does not parse."""
+    names: dict[str, None] = {}
+    with open(path, encoding="utf-8-sig", newline="\n") as f:  # lines end at "\n" only, as in _json_columns
+        start = f.read(4096).lstrip()
+        f.seek(0)
+        try:
+            rows = json.load(f) if start.startswith("[") else (json.loads(line) for line in f if line.strip())
+            for row in rows:
+                if not isinstance(row, dict):
+                    return None
+                names.update(dict.fromkeys(row))
+        except json.JSONDecodeError:
+            return None
+    return list(names)
 
 
 def _cells_as_written(loaded: Any, path: str) -> Any:
