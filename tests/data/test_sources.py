@@ -253,6 +253,18 @@ def test_json_lines_with_blank_lines_or_a_late_mixed_column_are_read(tmp_path):
     source = load_source(str(late))
     assert len(source) == 5301 and source.row(3) == {"prompt": "p" * 2000, "answer": 3, "level": None}
     assert source.row(5300) == {"prompt": "last", "answer": "x/2", "level": "007"}
+    # a CSV file's chunks of 10,000 rows each get their own types: numbers, then text, did not load
+    rows = [f"q{i},{i},{i % 7 or ''},0.5" for i in range(12000)] + ["last,x/2,3,1.25"]
+    (tmp_path / "late.csv").write_text("prompt,answer,cap,score\n" + "\n".join(rows) + "\n")
+    source = load_source(str(tmp_path / "late.csv"))
+    assert len(source) == 12001
+    assert source.row(3) == {"prompt": "q3", "answer": "3", "cap": 3, "score": 0.5}
+    assert source.row(7)["cap"] is None and source.row(12000) == {
+        "prompt": "last",
+        "answer": "x/2",
+        "cap": 3,
+        "score": 1.25,
+    }
     text = '{"prompt": "a", "answer": "x/2"}\n\n{"prompt": "b", "answer": 2}\n'
     for name, content in (
         ("inside.jsonl", text),

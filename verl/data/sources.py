@@ -244,7 +244,7 @@ def _load_file(path: str) -> Any:
         where = _json_error(path) if builder == "json" else None
         if where is not None:
             raise ValueError(f"Dataset file {path!r} is not valid JSON: {where}.") from None
-        loaded = _read_as_written(path) if builder == "json" else None
+        loaded = _read_as_written(path) if builder == "json" else _read_csv_as_written(path)
         if loaded is None:
             reason = str(error).rstrip(". ") or type(error).__name__
             # datasets' wrapper hides the parser's line ("Expected 2 fields")
@@ -296,6 +296,36 @@ def _read_as_written(path: str) -> Any:
                 )
         except Exception:
             return None
+
+
+def _read_csv_as_written(path: str) -> Any:
+    """A CSV file that datasets could not read because a column's type changes after its first chunk of rows (pandas
+    infers each chunk's: numbers, then "x/2" 10,000 rows on, is "Failed to parse string"), or None for a file that
+    is not plain rows under a header. Here every cell is read: a column is integers or floats where each of its
+    non-empty cells writes exactly so ("16", "0.5"), else text as written; an empty cell is missing."""
+    import datasets
+
+    with open(path, encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order mark
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        names = reader.fieldnames
+    if not names or not rows or any(None in row or None in row.values() for row in rows):
+        return None  # a row with more or fewer cells than the header: not this fallback's to read
+    columns = {}
+    for name in names:
+        cells = [row[name] or None for row in rows]
+        present = [cell for cell in cells if cell is not None]
+        for kind in (int, float):
+            try:
+                if present and all(str(kind(cell)) == cell for cell in present):
+                    if kind is int and any(abs(int(cell)) >= 2**63 for cell in present):
+                        break  # past int64: as written
+                    cells = [None if cell is None else kind(cell) for cell in cells]
+                    break
+            except ValueError:
+                continue
+        columns[name] = cells
+    return datasets.Dataset.from_dict(columns)
 
 
 def _json_names(path: str) -> list[str] | None:
