@@ -7,7 +7,6 @@ row goes bad after the scan."""
 import json
 import logging
 
-import datasets
 import numpy as np
 import pytest
 from PIL import Image
@@ -27,11 +26,6 @@ PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
 def vl(tmp_path_factory):
     path = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path_factory.mktemp("tiny_models")))
     return get_tokenizer(path), get_processor(path)
-
-
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
 
 
 def _noise_png(path) -> bytes:

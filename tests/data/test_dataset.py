@@ -59,12 +59,6 @@ def vl25(model_dirs):
     return get_tokenizer(path), get_processor(path)
 
 
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    """Keep the arrow caches of datasets.load_dataset inside the test's directory."""
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
-
-
 def _image(width: int, height: int, color: tuple[int, int, int] = (200, 30, 30)) -> Image.Image:
     return Image.new("RGB", (width, height), color)
 

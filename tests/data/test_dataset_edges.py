@@ -5,7 +5,6 @@
 import json
 import logging
 
-import datasets
 import pytest
 from PIL import Image
 
@@ -33,12 +32,6 @@ def text_tokenizer(model_dirs):
 def vl25(model_dirs):
     path = model_dirs["qwen2_5_vl"]
     return get_tokenizer(path), get_processor(path)
-
-
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    """Keep the arrow caches of datasets.load_dataset inside the test's directory."""
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
 
 
 def _write_jsonl(path: str, rows: list[dict]) -> str:

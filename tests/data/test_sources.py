@@ -16,11 +16,6 @@ import pytest
 from verl.data.sources import load_source
 
 
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
-
-
 @pytest.mark.parametrize("name", ["train.jsonl", "train.json", "train.parquet", "train.csv"])
 @pytest.mark.parametrize("content", ["", "\n  \n"])
 def test_an_empty_file_is_called_empty(tmp_path, name, content):

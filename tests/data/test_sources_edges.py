@@ -11,11 +11,6 @@ import pytest
 from verl.data.sources import load_source
 
 
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
-
-
 def _jsonl(path, prompts):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"prompt": prompt, "answer": "1"}) + "\n" for prompt in prompts))
