@@ -307,6 +307,31 @@ def test_qwen3s_multi_turn_conversations_learn_each_turn_as_the_whole_renders_it
     assert learned({"enable_thinking": False}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "7.<|im_end|>"]
 
 
+def test_truncation_right_finds_the_first_turn_where_the_whole_conversation_renders_it(tmp_path):
+    """Qwen3 without thinking: the generation prompt opens an empty thinking block that an earlier turn does not have
+    in the whole conversation, and the start-up check placed the first assistant turn 8 tokens late: a row that still
+    had tokens to learn under truncation=right was refused ("would leave nothing to learn from")."""
+    from verl.models.tiny_models import build_tokenizer
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    row = {
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello there friend"},
+            {"role": "user", "content": " ".join(f"w{i}" for i in range(40))},
+            {"role": "assistant", "content": "ok"},
+        ]
+    }
+    config = {"truncation": "right", "chat_template_kwargs": {"enable_thinking": False}}
+    whole = SFTDataset([row], tokenizer, None, data_config(max_length=4096, **config)).encode(0)
+    start = whole["loss_mask"].index(1)
+    cut = SFTDataset([row], tokenizer, None, data_config(max_length=start + 3, **config)).encode(0)
+    assert cut["loss_mask"] == [0] * start + [1] * 3
+    assert learned_spans(tokenizer, cut)[0] == tokenizer.decode(whole["input_ids"][start : start + 3])
+    with pytest.raises(SFTDataError, match=f"its first assistant turn starts at token {start}, so"):
+        SFTDataset([row], tokenizer, None, data_config(max_length=start, **config))
+
+
 QWEN3_THINKING_DROPPED = (  # Qwen3's template, small: an assistant turn before the last user query loses its thinking
     "{% set query = namespace(last=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
     "{% set query.last = loop.index0 %}{% endif %}{% endfor %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"

@@ -334,7 +334,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 extra = self._image_tokens(index, conversation, text)
                 length = len(ids) + self._appends_eos(ids) + sum(extra)
                 if length > self.max_length:
-                    self._check_overlong(index, conversation, length, extra)
+                    self._check_overlong(index, conversation, text, length, extra)
             except SFTDataError as error:
                 errors.append((index, error))
         return [error for _, error in sorted(errors, key=lambda pair: pair[0])]
@@ -416,7 +416,9 @@ class SFTDataset(torch.utils.data.Dataset):
             return [surplus] + [0] * (len(images) - 1)
         return [count - 1 for count in counts]
 
-    def _check_overlong(self, index: int, conversation: Conversation, length: int, extra: list[int]) -> None:
+    def _check_overlong(
+        self, index: int, conversation: Conversation, full_text: str, length: int, extra: list[int]
+    ) -> None:
         if self.config.truncation == "error":
             raise self._too_long(index, self.rows_key, length)
         messages = conversation.messages
@@ -424,6 +426,10 @@ class SFTDataset(torch.utils.data.Dataset):
             turn for turn in range(conversation.learned_from, len(messages)) if messages[turn]["role"] == "assistant"
         )
         prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
+        if not full_text.startswith(prefix):  # the turn as the whole renders it (Qwen3's empty thinking block)
+            count = sum(message["role"] == "assistant" for message in messages[:first])
+            assistants = sum(message["role"] == "assistant" for message in messages)
+            prefix = (self._turn_in_context(full_text, count, assistants) or (prefix,))[0]
         images_before = sum(message["content"].count(IMAGE_MARKER) for message in messages[:first])
         start = len(self.text_tokenizer.encode(prefix, add_special_tokens=False)) + sum(extra[:images_before])
         if start >= self.max_length:
