@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -815,6 +816,22 @@ def test_dry_run_prints_resolved_yaml(files, capsys):
     resolved.write_text(yaml.safe_dump(printed))
     assert main([f"config={resolved}", "--dry-run"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == printed
+    # keys the loader filled in from others follow those others when the command line changes them (they stayed the
+    # dumped values: another experiment name resumed, and wrote over, the dumped experiment's checkpoints)
+    for override, read, expected in (
+        ("trainer.experiment_name=exp2", lambda c: c.trainer.save_checkpoint_path, "exp2"),
+        (f"worker.actor.model.model_path={files / 'model2'}", lambda c: c.worker.actor.model.tokenizer_path, "model2"),
+        ("algorithm.use_kl_loss=true", lambda c: c.algorithm.kl_penalty, "low_var_kl"),
+        ("data.max_response_length=100", lambda c: c.worker.rollout.max_model_len, "612"),
+    ):
+        if override.startswith("worker.actor.model.model_path"):
+            shutil.copytree(files / "model", files / "model2", dirs_exist_ok=True)
+        direct = read(load_config([*base_args(files), override]))
+        assert str(direct).endswith(expected) and read(load_config([f"config={resolved}", override])) == direct
+    # ... and a value chosen in the dump stays
+    printed["algorithm"]["kl_penalty"] = printed["worker"]["actor"]["kl_penalty"] = "mse"
+    resolved.write_text(yaml.safe_dump(printed))
+    assert load_config([f"config={resolved}", "algorithm.use_kl_loss=true"]).algorithm.kl_penalty == "mse"
     printed["worker"]["rollout"]["prompt_length"] = 100  # a derived key that disagrees with its source: refused
     resolved.write_text(yaml.safe_dump(printed))
     with pytest.raises(ConfigError, match="'worker.rollout.prompt_length' is derived from data.max_prompt_length"):

@@ -15,6 +15,7 @@ that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the
 """
 
 import copy
+import functools
 import logging
 import os
 import re
@@ -545,17 +546,50 @@ RUN_DERIVED_KEYS: dict[str, str] = {
 """Keys the runner fills in once the data is loaded (the lr schedule's length); setting them is an error too."""
 
 
+def _filled_values(values: Mapping) -> dict[str, Any]:
+    """What `fill_derived` fills in from other keys, computed from a resolved config's `values` (a `--dry-run`
+    dump): the keys whose dumped value equals it were filled, not chosen."""
+    get = functools.partial(_get, values)
+    rollout_mode, on_gpus = get("worker.rollout.mode"), get("trainer.device") != "cpu" and is_cuda_available()
+    filled = {
+        "algorithm.kl_penalty": "low_var_kl" if get("algorithm.use_kl_loss") is True else "kl",
+        "worker.actor.model.tokenizer_path": get("worker.actor.model.model_path"),
+        "worker.critic.model.tokenizer_path": get("worker.critic.model.model_path"),
+        "algorithm.rollout_correction.mode": (
+            "tis" if rollout_mode != "sync" and (get("worker.rollout.max_staleness") or 0) > 0 else "none"
+        ),
+    }
+    gpus = get("trainer.n_gpus_per_node")
+    if isinstance(gpus, int):
+        sharded = on_gpus and rollout_mode != "disaggregated" and gpus % 2 == 0
+        filled["worker.rollout.tensor_parallel_size"] = 2 if sharded else 1
+    if isinstance(get("data.max_prompt_length"), int) and isinstance(get("data.max_response_length"), int):
+        filled["worker.rollout.max_model_len"] = get("data.max_prompt_length") + get("data.max_response_length")
+    if all(isinstance(get(f"trainer.{name}"), str) for name in ("project_name", "experiment_name")):
+        path = os.path.join("checkpoints", get("trainer.project_name"), get("trainer.experiment_name"))
+        filled["trainer.save_checkpoint_path"] = os.path.abspath(path)
+    if rollout_mode != "sync":
+        filled["worker.rollout.calculate_log_probs"] = True
+    return filled
+
+
 def without_copies(
     sources: list[tuple[str, dict]], default: Any, derived: Mapping[str, str], run_derived: Mapping[str, str]
 ) -> list[tuple[str, dict]]:
     """`sources` with each config file read as `--dry-run` prints a resolved config, which holds every derived key
     beside its source: the ones equal to their source (or, for the `run_derived` keys, to their placeholder in
-    `default`) are left out, so that file loads again; a derived key that differs is still refused."""
+    `default`) are left out, so that file loads again; a derived key that differs is still refused. In such a file
+    (one that holds derived keys equal to their sources: a dump) the keys the loader filled in from others are left
+    out too where they hold what it filled in: the checkpoint path stayed the dumped experiment's when the command
+    line changed `trainer.experiment_name` (the run resumed and wrote over the other experiment's checkpoints), the
+    tokenizer the dumped model's, `algorithm.kl_penalty` the dumped KL mode's."""
     cleaned = []
     for name, values in sources:
         copies = [
             key for key, source in derived.items() if _found(values, key) and _get(values, key) == _get(values, source)
         ]
+        if copies:  # a dump
+            copies += [key for key, value in _filled_values(values).items() if _get(values, key) == value]
         copies += [key for key in run_derived if _found(values, key) and _get(values, key) == attrgetter(key)(default)]
         if copies and name.startswith("config file"):
             values = copy.deepcopy(dict(values))
