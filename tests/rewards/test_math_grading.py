@@ -390,6 +390,9 @@ def test_arguments_are_checked(pool: VerifierPool) -> None:
         ("Answer: 42\n\nI hope this answer is helpful!", "42"),  # "answer is" and a word: prose
         ("The answer is 42. I'm confident this answer is correct.", "42"),
         ("The answer is yes", "yes"),  # ... unless nothing else gives an answer
+        ("Answer: 42\n\nI hope this answer is a help.", "42"),  # one letter and a word: prose too ("a" scored 0)
+        ("Answer: 42\nThis answer is a bit long, but it is right.", "42"),
+        ("The answer is B.", "B"),
         ("Answer: 0.5.", "0.5"),
         ("Answer: 3!", "3!"),
         ("No final answer here.", None),

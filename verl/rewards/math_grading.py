@@ -46,8 +46,9 @@ _ANSWER_MARKER = re.compile(r"answer(?:\*\*)?\s*(?::|is\b(?:\s*:)?)", re.IGNOREC
 _LABEL_GAP = re.compile(r"\s*")
 """After "Answer:", the answer may stand on the next line (DAPO's own pattern reads it there)."""
 _PROSE_GAP = re.compile(r"[ \t]*")
-_WORD_FIRST = re.compile(r"\**[A-Za-z]{2,}\b")
-"""Prose, not an answer, after "answer is": "I hope this answer is helpful", "this answer is not"."""
+_WORD_FIRST = re.compile(r"\**(?:[A-Za-z]{2,}\b|[A-Za-z][ \t]+[A-Za-z]{2,}\b)")
+"""Prose, not an answer, after "answer is": "I hope this answer is helpful", "this answer is not", "this answer is
+a bit long" (one letter and a word; "x = 3" and a choice "B." stay answers)."""
 _ANSWER_END = re.compile(r"\.(?=\s)|[\s,;]+\(?[A-Za-z]{2,}\b")
 """Where an answer line's answer ends: the end of its sentence, or the first word of prose after it ("5 because",
 "12 dollars"); a LaTeX command ("\\text", "\\in") is no such word."""
