@@ -556,7 +556,7 @@ def _filled_values(values: Mapping) -> dict[str, Any]:
         "worker.actor.model.tokenizer_path": get("worker.actor.model.model_path"),
         "worker.critic.model.tokenizer_path": get("worker.critic.model.model_path"),
         "algorithm.rollout_correction.mode": (
-            "tis" if rollout_mode != "sync" and (get("worker.rollout.max_staleness") or 0) > 0 else "none"
+            "tis" if rollout_mode != "sync" and _positive(get("worker.rollout.max_staleness")) else "none"
         ),
     }
     gpus = get("trainer.n_gpus_per_node")
@@ -571,6 +571,10 @@ def _filled_values(values: Mapping) -> dict[str, Any]:
     if rollout_mode != "sync":
         filled["worker.rollout.calculate_log_probs"] = True
     return filled
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and value > 0
 
 
 def without_copies(
@@ -588,7 +592,7 @@ def without_copies(
         copies = [
             key for key, source in derived.items() if _found(values, key) and _get(values, key) == _get(values, source)
         ]
-        if copies:  # a dump
+        if copies and name.startswith("config file"):  # a dump
             copies += [key for key, value in _filled_values(values).items() if _get(values, key) == value]
         copies += [key for key in run_derived if _found(values, key) and _get(values, key) == attrgetter(key)(default)]
         if copies and name.startswith("config file"):
