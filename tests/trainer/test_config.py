@@ -2003,6 +2003,9 @@ def test_the_kl_estimator_follows_where_the_kl_goes(files, caplog):
         load_config([*base_args(files), "algorithm.kl_coef=0"])
         assert "kl_coef=0 with the KL term on" in caplog.text
         caplog.clear()
+        load_config([*base_args(files), "algorithm.kl_coef=0", "algorithm.kl_type=adaptive"])  # (was silent)
+        assert "kl_type=adaptive multiplies the coefficient, so it never leaves 0" in caplog.text
+        caplog.clear()
         load_config([*base_args(files), "algorithm.kl_coef=0", "algorithm.disable_kl=true"])
     assert "kl_coef=0 with the KL term on" not in caplog.text
 

@@ -342,11 +342,14 @@ class AlgorithmConfig:
                     self.kl_penalty,
                     self.kl_penalty,
                 )
-        if not self.disable_kl and self.kl_coef == 0 and self.kl_type == "fixed":
+        if not self.disable_kl and self.kl_coef == 0:  # the adaptive controller scales it: it stays 0 too
             logger.warning(
                 "%skl_coef=0 with the KL term on (disable_kl=false): the reference model is built and its log-probs "
-                "computed every step for a term weighted 0; set %sdisable_kl=true to train without them.",
+                "computed every step for a term weighted 0%s; set %sdisable_kl=true to train without them.",
                 prefix,
+                " (kl_type=adaptive multiplies the coefficient, so it never leaves 0)"
+                if self.kl_type == "adaptive"
+                else "",
                 prefix,
             )
         if self.kl_penalty == "full" and not self.disable_kl:
