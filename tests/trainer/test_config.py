@@ -25,16 +25,6 @@ from verl.utils.device import is_cuda_available
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture()
-def files(tmp_path):
-    """A minimal valid setup: data file, model directory, reward file, prompt template."""
-    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    config_only_model(tmp_path / "model")
-    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
-    (tmp_path / "fmt.jinja").write_text("{{ content }}")
-    return tmp_path
-
-
 def base_args(d) -> list[str]:
     return [
         f"data.train_files={d / 'train.jsonl'}",
@@ -823,6 +813,7 @@ def test_dry_run_prints_resolved_yaml(files, capsys):
         (f"worker.actor.model.model_path={files / 'model2'}", lambda c: c.worker.actor.model.tokenizer_path, "model2"),
         ("algorithm.use_kl_loss=true", lambda c: c.algorithm.kl_penalty, "low_var_kl"),
         ("data.max_response_length=100", lambda c: c.worker.rollout.max_model_len, "612"),
+        ("worker.actor.loss_type=gspo", lambda c: c.worker.actor.loss_avg_mode, "seq-mean-token-mean"),
     ):
         if override.startswith("worker.actor.model.model_path"):
             shutil.copytree(files / "model", files / "model2", dirs_exist_ok=True)

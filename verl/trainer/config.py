@@ -15,7 +15,6 @@ that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the
 """
 
 import copy
-import functools
 import logging
 import os
 import re
@@ -549,31 +548,37 @@ RUN_DERIVED_KEYS: dict[str, str] = {
 """Keys the runner fills in once the data is loaded (the lr schedule's length); setting them is an error too."""
 
 
+FILLED_KEYS: tuple[str, ...] = (
+    "algorithm.kl_penalty",
+    "algorithm.rollout_correction.mode",
+    "worker.actor.loss_avg_mode",
+    "worker.actor.model.tokenizer_path",
+    "worker.critic.model.tokenizer_path",
+    "worker.rollout.calculate_log_probs",
+    "worker.rollout.max_model_len",
+    "worker.rollout.nnodes",
+    "worker.rollout.n_gpus_per_node",
+    "worker.rollout.tensor_parallel_size",
+    "trainer.save_checkpoint_path",
+)
+"""Keys `fill_derived` fills in from other keys where they hold their default ("auto", None)."""
+
+
 def _filled_values(values: Mapping) -> dict[str, Any]:
-    """What `fill_derived` fills in from other keys, computed from a resolved config's `values` (a `--dry-run`
-    dump): the keys whose dumped value equals it were filled, not chosen."""
-    get = functools.partial(_get, values)
-    rollout_mode, on_gpus = get("worker.rollout.mode"), get("trainer.device") != "cpu" and is_cuda_available()
-    filled = {
-        "algorithm.kl_penalty": "low_var_kl" if get("algorithm.use_kl_loss") is True else "kl",
-        "worker.actor.model.tokenizer_path": get("worker.actor.model.model_path"),
-        "worker.critic.model.tokenizer_path": get("worker.critic.model.model_path"),
-        "algorithm.rollout_correction.mode": (
-            "tis" if rollout_mode != "sync" and _positive(get("worker.rollout.max_staleness")) else "none"
-        ),
-    }
-    gpus = get("trainer.n_gpus_per_node")
-    if isinstance(gpus, int):
-        sharded = on_gpus and rollout_mode != "disaggregated" and gpus % 2 == 0
-        filled["worker.rollout.tensor_parallel_size"] = 2 if sharded else 1
-    if isinstance(get("data.max_prompt_length"), int) and isinstance(get("data.max_response_length"), int):
-        filled["worker.rollout.max_model_len"] = get("data.max_prompt_length") + get("data.max_response_length")
-    if all(isinstance(get(f"trainer.{name}"), str) for name in ("project_name", "experiment_name")):
-        path = os.path.join("checkpoints", get("trainer.project_name"), get("trainer.experiment_name"))
-        filled["trainer.save_checkpoint_path"] = os.path.abspath(path)
-    if rollout_mode != "sync":
-        filled["worker.rollout.calculate_log_probs"] = True
-    return filled
+    """What `fill_derived` fills in for the FILLED_KEYS of a resolved config's `values` (a `--dry-run` dump), found
+    by running it on the dump with those keys at their defaults: the keys whose dumped value equals it were filled,
+    not chosen. ({} where the dump does not merge: the load names the bad value.)"""
+    reset = copy.deepcopy(dict(values))
+    for key in (*FILLED_KEYS, *DERIVED_KEYS):
+        section, _, name = key.rpartition(".")
+        node = _get(reset, section)
+        if isinstance(node, dict):
+            node.pop(name, None)
+    try:
+        config = fill_derived(merge_config(PPOConfig, [("the dump", reset)]))
+    except ConfigError:
+        return {}
+    return {key: attrgetter(key)(config) for key in FILLED_KEYS}
 
 
 def _positive(value: Any) -> bool:
