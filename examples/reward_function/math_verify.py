@@ -14,7 +14,8 @@ Use with examples/format_prompt/math.jinja (answer in \\boxed{}) or a DAPO-style
 
 accuracy: 1.0 when the extracted answer equals the ground truth mathematically, else 0.0. The answer is the last
     \\boxed{...} (or \\fbox{...}) of the response, else what follows the last "Answer:" / "answer is" up to the end of
-    its line, its sentence or the first word of prose ("Answer: 12 dollars" gives 12).
+    its line, its sentence or the first word of prose ("Answer: 12 dollars" gives 12; "Answer: The area is 12." gives
+    12), or the display math ("$$...$$", "\\[...\\]") that follows it, also on the next lines.
 has_answer: 1.0 when an answer was extracted at all. `format_weight` (default 0) gives that share of `overall`.
 timeout: 1.0 when verification ran out of time (accuracy is then 0.0); its mean is the share of such samples.
 

@@ -38,6 +38,19 @@ SLOW_ANSWER = r"\sum_{n=1}^{\infty} \frac{\sin(n)}{n^{3}+\log(n)}"
         ("Answer: $$", None),  # an empty math span is no answer
         ("The answer isn't 12.", None),  # "answer is" must end its word
         ("Checking 13 first, the answer is 13.\nAnswer: no", "no"),  # a labelled word answer is no prose
+        # a sentence after the label: its subject was the answer ("The")
+        ("Answer: The area is 12.", "12"),
+        ("Answer: The total is $15$ dollars.", "15"),
+        ("Answer: This is 7", "7"),  # "is" a word, not inside "This"
+        ("Answer: Area = 12", "12"),
+        ("Answer: x = 3", "x = 3"),  # a variable, not a sentence
+        # display math on the lines after the marker was no answer (prose) or "$$" (labelled)
+        ("Therefore, the answer is\n$$\n42\n$$", "42"),
+        ("So the answer is\n\n$$\\frac{1}{2}$$ and that is all.", r"\frac{1}{2}"),
+        ("Answer:\n\\[ 7 \\]", "7"),
+        ("Answer:\n$$\n\n$$", None),  # an empty display is no answer
+        ("Answer: 5\nI hope this answer is\n$$", "5"),  # an unclosed one neither
+        ("Answer: " + "\\[" * 5000, None),  # nor many (each searched a bounded way: this stays linear)
     ],
 )
 def test_extract_answer_edge_cases(response: str, answer: str | None) -> None:

@@ -54,6 +54,12 @@ _ANSWER_END = re.compile(r"\.(?=\s)|[\s,;]+\(?[A-Za-z]{2,}\b")
 "12 dollars"); a LaTeX command ("\\text", "\\in") is no such word."""
 _LINE_EDGES = re.compile(r"^[\s*`]+|[\s*`.]+$")
 """Markdown bold or inline code around the answer line, and its final full stop."""
+_DISPLAY_OPENERS = {"$$": "$$", "\\[": "\\]"}
+_DISPLAY_LIMIT = 4000
+"""How far a display-math answer ("$$\n42\n$$" after "the answer is") is searched for its closing delimiter: a
+display is short, and a bound keeps many unclosed ones linear."""
+_SUBJECT_VERB = re.compile(r"(?:\b(?:is|are|equals)\b|=)[ \t]*")
+"""After "Answer:", a sentence: "The area is 12." gives "12"."""
 # Digit groups joined by TeX's thin space or braced comma ("1\\,000", "1{,}000"), not after a decimal point.
 _TEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\{,\})\d{3})+(?!\d)")
 _TEX_SEPARATOR = re.compile(r"\\,|\{,\}")
@@ -134,17 +140,37 @@ def _answer_line(text: str) -> str | None:
     for match in reversed(list(_ANSWER_MARKER.finditer(text))):
         labelled = match.group().endswith(":")
         start = (_LABEL_GAP if labelled else _PROSE_GAP).match(text, match.end()).end()
+        display = _display_math(text, _LABEL_GAP.match(text, start).end())
+        if display is not None:  # on the marker's line or the next ones: "the answer is\n$$\n42\n$$"
+            if display:
+                return display
+            continue
         if not labelled and _WORD_FIRST.match(text, start) and wordy is not None:
             continue  # only the last such marker is kept, and only it copies its line: this stays one pass
         # Copy only to the end of the line (to the end of the text would be quadratic); a line is reread only for
         # an earlier marker on it, which then is never blank.
         line_end = text.find("\n", start)
-        answer = _answer_of_line(text[start : line_end if line_end >= 0 else len(text)])
+        line = text[start : line_end if line_end >= 0 else len(text)]
+        if labelled and _WORD_FIRST.match(line):  # "Answer: The area is 12."
+            verb = _SUBJECT_VERB.search(line)
+            line = line[verb.end() :] if verb else line
+        answer = _answer_of_line(line)
         if answer and not labelled and _WORD_FIRST.match(text, start):
             wordy = answer
         elif answer:
             return answer
     return wordy
+
+
+def _display_math(text: str, start: int) -> str | None:
+    """The content of a "$$...$$" or "\\[...\\]" display starting at `start` (lines joined by spaces, "" for an empty
+    or unclosed one); None when no display starts there."""
+    for opening, closing in _DISPLAY_OPENERS.items():
+        if text.startswith(opening, start):
+            inner = start + len(opening)
+            end = text.find(closing, inner, inner + _DISPLAY_LIMIT)
+            return " ".join(text[inner:end].split()) if end >= 0 else ""
+    return None
 
 
 def _answer_of_line(line: str) -> str:
