@@ -1,5 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
+import functools
 import os
 
 
@@ -95,6 +96,24 @@ def test_chat_template_renders_string_content():
     assert rendered == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
     )
+
+
+def test_tool_schemas_end_the_system_message_the_conversation_s_own_too():
+    """As Qwen2.5's template: the tools follow the default system message or the conversation's (they were dropped
+    where the conversation had one); Qwen3 writes no default system message, so the tools alone open one."""
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    schema = '{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}'
+    listed = f"Tools you can call, as JSON schemas:\n<tools>{schema}</tools>\n"  # (jinja's trim_blocks)
+    listed += 'Call one by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
+    user = [{"role": "user", "content": "Hi"}]
+    system = [{"role": "system", "content": "Be brief."}]
+    turn = "<|im_start|>user\nHi<|im_end|>\n"
+    for kind, default in (("qwen2", "You are a helpful assistant.\n"), ("qwen3", "")):
+        tokenizer = build_tokenizer(kind=kind)
+        render = functools.partial(tokenizer.apply_chat_template, tokenize=False)
+        assert render(system + user, tools=tools) == f"<|im_start|>system\nBe brief.\n{listed}<|im_end|>\n{turn}"
+        assert render(user, tools=tools) == f"<|im_start|>system\n{default}{listed}<|im_end|>\n{turn}"
+        assert render(user) == (SYSTEM if default else "") + turn
 
 
 def test_chat_template_renders_image_video_and_text_parts():

@@ -120,7 +120,7 @@ MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
 """What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 6
+BUILDER_VERSION = 7
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
@@ -150,17 +150,22 @@ TOOL_CALLS = (
     "{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}}\n</tool_call>{% endfor %}"
 )
 """How the Qwen kinds' template writes an assistant's tool_calls: Qwen2.5's Hermes blocks."""
-CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant."
+TOOLS_BLOCK = (
     "{% if tools %}\n\nTools you can call, as JSON schemas:\n<tools>"
     "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
     'Call one by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
-    "{% endif %}<|im_end|>\n"
     "{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
+)
+"""The tool schemas, at the end of the system message: the default one's, or the conversation's own (as Qwen2.5's
+template writes them)."""
+DEFAULT_SYSTEM = (
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant." + TOOLS_BLOCK + "<|im_end|>\n"
+    "{% endif %}"
+)
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}" + DEFAULT_SYSTEM + "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for content in message['content'] %}"
     "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
@@ -172,7 +177,11 @@ CHAT_TEMPLATE = (
     "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
     "<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif 'text' in content %}{{ content['text'] }}"
-    "{% endif %}{% endfor %}{% endif %}" + TOOL_CALLS + "<|im_end|>\n{% endfor %}"
+    "{% endif %}{% endfor %}{% endif %}"
+    + TOOL_CALLS
+    + "{% if loop.first and message['role'] == 'system' %}"
+    + TOOLS_BLOCK
+    + "{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
@@ -186,6 +195,12 @@ QWEN3_THINKING_GATE = (
 )
 """Qwen3's rendering of the conversation's last assistant turn after the last user message: with its thinking block
 (empty here), which Qwen3 drops from earlier turns, so a conversation renders differently once messages follow."""
+QWEN3_SYSTEM = (
+    "{% if loop.first and message['role'] != 'system' and tools %}<|im_start|>system\n"
+    + TOOLS_BLOCK.replace("\n\nTools", "Tools", 1)
+    + "<|im_end|>\n{% endif %}"
+)
+"""Qwen3 writes no default system message: one holds the tools alone where the conversation has none."""
 QWEN3_GENERATION_PROMPT = (
     "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
     "{% endif %}{% endif %}"
@@ -365,7 +380,7 @@ def chat_template(kind: str) -> str:
         return GEMMA3_CHAT_TEMPLATE.replace(text_parts, parts)
     if kind == "qwen3":
         opening = "<|im_start|>{{ message['role'] }}\n"  # once in CHAT_TEMPLATE: each message's
-        template = CHAT_TEMPLATE.replace(opening, opening + QWEN3_THINKING_GATE)
+        template = CHAT_TEMPLATE.replace(opening, opening + QWEN3_THINKING_GATE).replace(DEFAULT_SYSTEM, QWEN3_SYSTEM)
         return QWEN3_LAST_QUERY + template.replace("<|im_start|>assistant\n{% endif %}", QWEN3_GENERATION_PROMPT)
     if kind not in MEDIA_PLACEHOLDERS:
         return CHAT_TEMPLATE
