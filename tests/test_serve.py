@@ -861,6 +861,7 @@ def test_an_address_it_cannot_listen_on_stops_before_the_engine(tiny_model, caps
             assert "vllm" not in sys.modules or time.monotonic() - started < 10  # no engine was started
 
 
+@pytest.mark.slow
 def test_a_kv_cache_too_small_for_one_sequence_is_one_error_naming_the_options(tiny_model):
     command = [sys.executable, "-m", "verl.serve", "--model", tiny_model, *SERVER_ARGS, "--kv-cache-mb", "1"]
     result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)

@@ -375,10 +375,10 @@ class ChatEngine:
             )
         # max_completion_tokens wins where set (vLLM's and OpenAI's rule)
         wanted = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+        key = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
         if wanted is not None and wanted < 1:
-            key = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
             raise RequestError(f"'{key}' must be at least 1, got {wanted}.")
-        wanted = context_budget(wanted, room, self.max_model_len, self.defaults)
+        wanted = context_budget(wanted, room, self.max_model_len, self.defaults, key)
         params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
         forced = forced_tool_calls(request)
         if forced is None and tools is not None:

@@ -117,15 +117,22 @@ ENGINE_FAILED = "The engine failed this request (vLLM's finish_reason 'error', a
 """The 500 of a request the engine ended with an error (its partial text is not a reply)."""
 
 
-def context_budget(wanted: int | None, room: int, max_model_len: int, defaults: dict[str, Any]) -> int:
-    """The completion's token budget, as vLLM's server sets it: the request's (or else the model's generation-config
-    default, or else the rest of the context), cut down to the `room` the prompt leaves; a request for more than the
-    whole context is refused."""
+def check_within_context(wanted: int | None, max_model_len: int, key: str) -> None:
+    """Refuse a request for more output tokens than the whole context, naming the request's `key`."""
     if wanted is not None and wanted > max_model_len:
         raise RequestError(
-            f"This model's maximum context length is {max_model_len} tokens (--max-model-len); max_tokens={wanted} "
+            f"This model's maximum context length is {max_model_len} tokens (--max-model-len); {key}={wanted} "
             "cannot be greater. Request fewer output tokens."
         )
+
+
+def context_budget(
+    wanted: int | None, room: int, max_model_len: int, defaults: dict[str, Any], key: str = "max_tokens"
+) -> int:
+    """The completion's token budget, as vLLM's server sets it: the request's `key` (or else the model's
+    generation-config default, or else the rest of the context), cut down to the `room` the prompt leaves; a request
+    for more than the whole context is refused."""
+    check_within_context(wanted, max_model_len, key)
     if wanted is None:
         wanted = defaults.get("max_tokens") or room
     return min(wanted, room)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from verl.serve.chat import check_request
-from verl.serve.request_checks import RequestError, parse
+from verl.serve.request_checks import RequestError, check_within_context, parse
 
 
 RESPONSE_FIELDS = {
@@ -125,6 +125,7 @@ def _logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
 
 def complete(engine: Any, request: Any, chat: Any) -> dict[str, Any]:
     """The response object of a non-streamed request: its message's text (if any), then its function calls."""
+    check_within_context(request.max_output_tokens, engine.max_model_len, "max_output_tokens")
     reply = engine.complete(chat)
     (choice,) = reply["choices"]
     message, output = choice["message"], []
@@ -140,6 +141,7 @@ def stream(engine: Any, request: Any, chat: Any) -> Iterator[dict[str, Any]]:
     """The Responses API's events of a streamed request: response.created and .in_progress; the message's .added,
     output_text.delta per piece and .done events; each function call's events; and response.completed (or
     .incomplete) with the whole response and its usage."""
+    check_within_context(request.max_output_tokens, engine.max_model_len, "max_output_tokens")
     chunks = engine.stream(chat)
     first = next(chunks)  # the request is checked and in the engine
     response_id, created = f"resp_{first['id'].removeprefix('chatcmpl-')}", int(time.time())
