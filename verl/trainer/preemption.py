@@ -172,6 +172,7 @@ class StopRequest:
             unsaved = False
         latest = None if unsaved or step == 0 else step_dir(save_root, step)
         why = "trainer.signal_grace_s=0" if self.grace_s <= 0 else "grace period over"
+        why = "no step had run" if step == 0 else why
         interrupted = TrainingInterrupted(self.signum, step, latest, self.cause, why)
         interrupted.text = interrupted.advised(save_root, *self.resume)
         _run.stops.append(interrupted)

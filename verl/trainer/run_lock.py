@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from types import TracebackType
 from typing import Any
@@ -24,6 +25,11 @@ logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".run.lock"
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
+_HELD: dict[str, dict[str, Any]] = {}
+"""This process's held lock files (real path -> record): a record lock is the process's, so the kernel would grant a
+second run of this process (a notebook, a sweep's threads) the folder, and that run's release would drop the first's
+lock (closing any descriptor of the file does)."""
+_HELD_LOCK = threading.Lock()
 
 
 class CheckpointFolderError(RuntimeError):
@@ -72,6 +78,14 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock, or raise CheckpointFolderInUse naming the run that holds it (CheckpointFolderError when the
         folder cannot be created or written)."""
+        key = os.path.realpath(self.path)
+        with _HELD_LOCK:
+            if key in _HELD:  # checked before the file is opened: closing a descriptor drops the lock
+                raise self._refuse(_HELD[key], " (this process holds it: another run in this program)")
+            self._acquire()
+            _HELD[key] = json.loads(self.record)
+
+    def _acquire(self) -> None:
         try:
             os.makedirs(self.folder, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -127,10 +141,12 @@ class RunLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        try:
-            os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)  # closing the descriptor releases the record lock
+        with _HELD_LOCK:  # (another run of this process takes the folder after the close)
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)  # closing the descriptor releases the record lock
+                _HELD.pop(os.path.realpath(self.path), None)
 
 
 def _alive_here(holder: dict[str, Any]) -> bool:
