@@ -223,3 +223,56 @@ def test_environment_images_count_against_the_engines_image_limit_with_the_promp
         _check_images(image_tokens, episode, 2, max_images=3)
     with pytest.raises(ValueError, match="need a vision-language model"):
         _check_images(None, episode, 1, max_images=3)
+
+
+def test_episodes_the_environment_ends_count_on_the_progress_bar(tokenizer):
+    """rollout.disable_tqdm=false: only samples the engine ended were counted; an episode that the environment ended
+    after a model turn never reached the bar (it stopped short of the call's total)."""
+    from types import SimpleNamespace
+
+    from verl.workers.rollout.request_loop import RequestLoop
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    class Ends:  # the environment ends every episode after its first model turn
+        def step(self, state, response):
+            return EnvStep(messages=[], done=True)
+
+        def release(self):
+            pass
+
+    class Engine:  # answers every request with one word and the end of the turn
+        def __init__(self):
+            self.pending = []
+
+        def add_request(self, request_id, prompt, params, lora_request=None):
+            self.pending.append(request_id)
+
+        def has_unfinished_requests(self):
+            return bool(self.pending)
+
+        def step(self):
+            finished = [SimpleNamespace(token_ids=[5, eos], logprobs=None, finish_reason="stop")]
+            steps = [SimpleNamespace(request_id=rid, finished=True, outputs=finished) for rid in self.pending]
+            self.pending = []
+            return steps
+
+        def abort_request(self, ids):
+            pass
+
+    class Bar:
+        n = 0
+
+        def update(self, count):
+            self.n += count
+
+    loop = RequestLoop(SimpleNamespace(llm_engine=Engine()), render=dict)
+    loop.turns = EpisodeTurns(_runner(tokenizer, max_tokens_per_turn=None), Ends())
+    loop.progress = Bar()
+    try:
+        loop.admit({"prompt_token_ids": [1]}, None, [None, None], 0, 50, [_episode(), _episode()])
+        groups = loop.run(1, 0, lambda max_tokens, seed: (max_tokens, seed))
+        assert [sample.finished for group in groups for sample in group.samples] == [True, True]
+        assert loop.progress.n == 2
+    finally:
+        loop.turns.close()

@@ -199,6 +199,9 @@ class RequestLoop:
                 completed = False
                 if self.turns is not None:  # environment steps run meanwhile; their episodes continue here
                     completed, ready = self.turns.poll()
+                    if self.progress is not None:  # episodes the environment ended count too
+                        finished = sum(sample.finished for group in self.groups.values() for sample in group.samples)
+                        self.progress.update(finished - self.progress.n)
                     if ready:
                         self.submit(version, make_params)
                     if not engine.has_unfinished_requests():
