@@ -12,6 +12,8 @@ import numbers
 import threading
 from typing import Any
 
+import numpy as np
+
 from verl.utils import stall_report
 from verl.utils.module_loading import user_traceback
 
@@ -52,7 +54,7 @@ def call_env(env: Any, name: str, hook: str, where: str, *args: Any, check: Any 
     refuses, becomes an EnvCodeError naming the environment (`name`), the hook and `where`. With `timeout_s` > 0
     (worker.rollout.env_step_timeout_s) the call runs in a thread of its own, and one still running then is an
     EnvStepTimeoutError showing where it waits (a `reset` that starts a container hung the rollout forever)."""
-    if timeout_s <= 0:
+    if not 0 < timeout_s < math.inf:  # (inf waits forever too: a thread's join raised OverflowError)
         return _checked_call(env, name, hook, where, args, check)
     outcome: dict[str, Any] = {}
 
@@ -122,8 +124,9 @@ def checked_step(result: Any) -> "EnvStep":
                 f"EnvStep.messages[{index}]['content'] is a {type(message.get('content')).__name__}; give text, or a "
                 "list of content parts"
             )
-    if not isinstance(result.done, bool) and type(result.done).__name__ != "bool_":  # "false" ended the episode
+    if not isinstance(result.done, (bool, np.bool_)):  # "false" ended the episode
         raise TypeError(f"EnvStep.done is {_short(result.done)}; give True or False")
+    result.done = bool(result.done)
     for name in ("tool_calls", "tool_errors"):
         value = getattr(result, name)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
@@ -141,6 +144,7 @@ def checked_info(info: Any) -> dict[str, float]:
     come from the environment, as from a harness that runs the tools)."""
     if not isinstance(info, dict):
         raise TypeError(f"episode_info returned {type(info).__name__} {_short(info)}; return a dict of numbers")
+    info = {key: float(value) if isinstance(value, np.bool_) else value for key, value in info.items()}
     wrong = {key: value for key, value in info.items() if not isinstance(value, numbers.Real)}
     if wrong:
         raise TypeError(f"episode_info's values must be numbers; {_short(wrong)} are not")

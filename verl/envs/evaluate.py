@@ -256,7 +256,7 @@ def answered(turn: dict[str, Any], messages: list[Any]) -> list[Any]:
 def _within(timeout_s: float, late: str, call: Any, *args: Any, **kwargs: Any) -> Any:
     """`call(*args, **kwargs)`, which must return within `timeout_s` (<= 0: no limit), else EnvStepTimeoutError with
     `late` and where the call was (the thread cannot be stopped; it is a daemon, so evaluate still exits)."""
-    if timeout_s <= 0:
+    if not 0 < timeout_s < math.inf:  # (inf: no limit either)
         return call(*args, **kwargs)
     outcome: dict[str, Any] = {}
 

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import re
 import threading
 import uuid
@@ -30,7 +31,8 @@ after the match (whitespace matched in the pattern backtracks cubically on a lon
 THINKING = re.compile(r"<think>.*?(?:</think>|$)|^(?:(?!<think>).)*?</think>", re.DOTALL)
 """A reasoning block (Qwen3, DeepSeek-R1), an unclosed one to the end of the turn, or the turn's text up to a first
 `</think>` without an opening (a generation prompt that opens the block: R1 distills, Qwen3.5 thinking): calls
-written in it are not made, as vLLM's tool parser reads only what its reasoning parser leaves."""
+written in it are not made, as vLLM's tool parser reads only what its reasoning parser leaves. Markers inside a
+call (code that prints "</think>") are the call's text, not reasoning."""
 MAX_RESULT_CHARS = 2000
 """Longest tool message handed back to the model, a result or an error (a longer one is cut, with a note)."""
 
@@ -44,10 +46,15 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
 def find_tool_calls(text: str) -> list[tuple[tuple[int, int], dict[str, Any] | str]]:
     """parse_tool_calls with each block's (start, end) in `text`, for callers that keep the text around the calls.
     Blocks inside a `<think>` block are the model's reasoning, not calls."""
-    thinking = [match.span() for match in THINKING.finditer(text)]
+    calls = list(TOOL_CALL.finditer(text))
+    pieces, position = [], 0
+    for call in calls:  # the calls blanked (same length): a "</think>" in one ends no reasoning
+        pieces += [text[position : call.start()], " " * (call.end() - call.start())]
+        position = call.end()
+    thinking = [match.span() for match in THINKING.finditer("".join([*pieces, text[position:]]))]
     return [
         (match.span(), _read_call((match.group(1) or match.group(2) or "").strip()))
-        for match in TOOL_CALL.finditer(text)
+        for match in calls
         if not any(start <= match.start() < end for start, end in thinking)
     ]
 
@@ -313,7 +320,7 @@ class ToolEnv(MultiTurnEnv):
 
         thread = threading.Thread(target=run, name=f"tool-{name}", daemon=True)
         thread.start()
-        thread.join(self.tool_timeout_s)
+        thread.join(self.tool_timeout_s if math.isfinite(self.tool_timeout_s) else None)  # (join(inf) overflows)
         if thread.is_alive():
             with self._timed_out_lock:
                 self._timed_out.append(thread)

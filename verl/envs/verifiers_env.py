@@ -297,7 +297,7 @@ def task_messages(data: Any, harness: Any = None) -> list[dict[str, Any]]:
         wire["content"] = _text(wire.get("content"), f"task {data.idx}'s prompt (message {position})")
         messages.append({key: value for key, value in wire.items() if value is not None or key == "content"})
     roles = [message["role"] for message in messages]
-    if roles[-1] != "user":
+    if not roles or roles[-1] != "user":
         raise NotImplementedError(
             f"task {data.idx}: a prompt of messages {roles} cannot be a dataset prompt (the last message must be the "
             "user's, which the model answers)."
@@ -458,7 +458,17 @@ class VerifiersEnv(ChatClientEnv):
                 f"{self.name}: the row has no {TASK_COLUMN!r} column (the task's verifiers data); write the dataset "
                 f"with {self._export}."
             )
-        task_data = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        try:
+            task_data = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError as error:
+            task_data = error
+        if not isinstance(task_data, Mapping):  # a corrupt column: the data's fault, not the environment's code
+            what = f"is not JSON ({task_data})" if isinstance(task_data, ValueError) else f"is {task_data!r:.80}"
+            raise EnvRowError(
+                f"{self.name}: the row's {TASK_COLUMN!r} {what}, not the object of a task's data; write the dataset "
+                f"again with {self._export}."
+            )
+        task_data = dict(task_data)
         self.task_data(task_data)
         return {"row": row, "task_data": task_data}
 
