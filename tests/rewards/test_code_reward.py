@@ -82,6 +82,20 @@ def test_exiting_early_cannot_fake_a_pass(code: ModuleType) -> None:
         assert score["overall"] == 0.0 and score["has_code"] == 1.0
 
 
+def test_printing_the_judge_s_line_and_leaving_cannot_fake_a_pass(code: ModuleType) -> None:
+    """The judge's line was a fixed, public format: a program that printed it with the values the asserts want and
+    left before the judge ran scored 1.0 (a case's secret is on the line now)."""
+    forged = 'import os\ndef f(x):\n    return 0\nos.write(1, b\'\\n@verl-values [["int","4"]]\\n\')\nos._exit(0)\n'
+    honest = "def f(x):\n    return 2 * x\n"
+    for cases in (
+        {"fn_name": "f", "asserts": ["assert f(2) == 4"]},
+        {"fn_name": "f", "inputs": [[2]], "outputs": [4]},
+    ):
+        scores = code.compute_score([sample(f"```python\n{program}```", cases) for program in (forged, honest)])
+        assert [score["overall"] for score in scores] == [0.0, 1.0], scores
+        assert failures(scores[0]) == {"num_wrong_answer": 1.0}
+
+
 def test_no_code_block(code: ModuleType) -> None:
     responses = ["The answer is a + b.", "```python\nprint(1)\n", "```cpp\nint main() {}\n```", "```python\n\n```"]
     for score in code.compute_score([sample(response, STDIN_CASES) for response in responses]):

@@ -520,20 +520,21 @@ def test_all_and_any_over_constants_are_judged_item_by_item_in_the_trainer(code_
 
 @pytest.mark.timeout(60)  # a hang guard only: the decoder refuses the set before building it
 def test_a_set_of_colliding_hashes_is_refused_before_it_is_built(code_reward: ModuleType) -> None:
-    """35,000 ints that all hash to 0 (multiples of 2**61 - 1) in the judge's "set" form: the program skips the judge
-    and writes the line itself. Building that set in the trainer would be quadratic (seconds holding the GIL)."""
+    """35,000 ints that all hash to 0 (multiples of 2**61 - 1) in the judge's "set" form: the program writes the line
+    itself, with a marker the test knows (a case's own is secret). Building that set in the trainer would be quadratic
+    (seconds holding the GIL)."""
     program = textwrap.dedent(
         """
         import os
         items = ",".join('["int","%x"]' % (k * (2**61 - 1)) for k in range(35000))
-        os.write(1, ('\\n@verl-values [["set",' + items + ']]\\n').encode())
+        os.write(1, ('\\n@verl-values known [["set",' + items + ']]\\n').encode())
         os._exit(0)
         """
     )
     asserts = {"fn_name": "f", "asserts": ["assert f() == {1}"]}
     [result] = run_python_cases(program, [("", "")], SandboxLimits(output_kb=2048))
     assert result.status == "ok", result.stderr
-    [value] = judge.read_values(result.stdout_bytes, 1)
+    [value] = judge.read_values(result.stdout_bytes, 1, judge.VALUE_MARKER + "known ")
     assert isinstance(value, judge._Failed) and value.key == "num_wrong_answer"
     [score] = code_reward.compute_score([_sample(program, asserts)], output_kb=2048)
     assert failures_of(score) == {"num_wrong_answer": 1.0}, score

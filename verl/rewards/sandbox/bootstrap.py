@@ -113,11 +113,16 @@ def _supervise(close):
     os.close(write_end)
 
 
-def _main_module(path, text):
+def _source_lines(path, text):
     import linecache
-    import types
 
     linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+
+
+def _main_module(path, text):
+    import types
+
+    _source_lines(path, text)
     module = types.ModuleType("__main__")
     module.__file__ = path
     sys.modules["__main__"] = module
@@ -146,8 +151,11 @@ def _run(source, path):
 
 def _run_case(source, path, program, suffix):
     # The program was compiled once by the harness (or failed to compile: then every case reports that error); the
-    # suffix is compiled here, numbered as if appended to the program's text, and runs in the same namespace.
-    module = _main_module(path, source.decode("utf-8", "replace") + suffix)
+    # suffix is compiled here, numbered as if appended to the program's text, and runs in the same namespace. Its
+    # text reaches linecache (for tracebacks) only once the program has run: it may hold the case's secret
+    # (judge.Case.secret), which the program's own judge line would need.
+    text = source.decode("utf-8", "replace")
+    module = _main_module(path, text)
     clean = dict(vars(__builtins__) if hasattr(__builtins__, "__dict__") else __builtins__)
     io = (os.write, os._exit)
     try:
@@ -156,6 +164,7 @@ def _run_case(source, path, program, suffix):
         exec(program, module.__dict__)
         if suffix:
             code = compile("\n" * source.count(b"\n") + suffix, path, "exec")
+            _source_lines(path, text + suffix)
             exec(code, _judge_namespace(module.__dict__, clean, io))
         status = 0
     except SystemExit as exit:
@@ -519,8 +528,8 @@ def empty_directory(path):
 
 
 def _read_suffix(fd):
-    # A case's stdin file: the suffix's length in bytes on a line, the suffix, then the program's stdin. Only the
-    # case's child reads it, so the harness never holds another case's code.
+    # A case's suffix file: the suffix's length in bytes on a line, then the suffix. Only the case's child reads it,
+    # so the harness never holds another case's code; it is closed before the program runs.
     header = b""
     while not header.endswith(b"\n"):
         byte = os.read(fd, 1)
@@ -537,7 +546,7 @@ def _read_suffix(fd):
 
 
 def _manifest(text):
-    # "wall budget results stdin,stdout,stderr ...": descriptor numbers and limits only, given on the command line.
+    # "wall budget results stdin,stdout,stderr,suffix ...": descriptor numbers and limits only, on the command line.
     fields = text.split()
     cases = [tuple(int(fd) for fd in case.split(",")) for case in fields[3:]]
     return float(fields[0]), float(fields[1]), int(fields[2]), cases
@@ -563,10 +572,10 @@ def _harness(source, path, manifest, kill_all):
         program = compile(source, path, "exec")
     except BaseException as error:
         program = error
-    highest = max([results] + [fd for case in cases for fd in case[:3]]) + 1
+    highest = max([results] + [fd for case in cases for fd in case]) + 1
     scratch, baseline = os.getcwd(), _state()
     gc.freeze()  # the collector in a child then leaves the harness's objects (and their copy-on-write pages) alone
-    for index, (stdin, stdout, stderr) in enumerate(cases):
+    for index, (stdin, stdout, stderr, suffix_file) in enumerate(cases):
         case_wall = min(wall, deadline - time.monotonic())
         if _state() != baseline or os.listdir(scratch) or case_wall <= 0:
             break
@@ -576,7 +585,7 @@ def _harness(source, path, manifest, kill_all):
         if child == 0:
             try:
                 os.setpgid(0, 0)
-                suffix = _read_suffix(stdin)
+                suffix = _read_suffix(suffix_file)
                 os.dup2(stdin, 0)
                 os.dup2(stdout, 1)
                 os.dup2(stderr, 2)
@@ -585,7 +594,7 @@ def _harness(source, path, manifest, kill_all):
             except BaseException:
                 os._exit(1)
             return program, suffix
-        for fd in (stdin, stdout, stderr):
+        for fd in (stdin, stdout, stderr, suffix_file):
             os.close(fd)
         try:
             os.setpgid(child, child)

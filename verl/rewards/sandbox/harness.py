@@ -301,16 +301,20 @@ def _run_harness(
     seconds the reported cases waited."""
     with ExitStack() as stack:
         scratch, setup, cgroup = stack.enter_context(_workspace(limits, plan, harness=True))
-        # Unlinked files of the trainer's (mode 0600), reachable only through the descriptors each case gets. A
-        # case's stdin file starts with its code suffix (bootstrap.py's _read_suffix).
-        files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(2)] for _ in cases]
+        # Unlinked files of the trainer's (mode 0600), reachable only through the descriptors each case gets: its
+        # stdin, stderr and code suffix (bootstrap.py's _read_suffix: a file apart from stdin, which the program could
+        # read again from its start, and closed before the program runs, as the suffix may hold the case's secret).
+        files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(3)] for _ in cases]
         log = stack.enter_context(tempfile.TemporaryFile(dir=scratch))  # the harness's own stdout and stderr
-        for (stdin_file, _), (stdin, suffix) in zip(files, cases):
+        for (stdin_file, _, suffix_file), (stdin, suffix) in zip(files, cases):
             encoded = suffix.encode("utf-8")
-            stdin_file.write(b"%d\n%s%s" % (len(encoded), encoded, stdin.encode("utf-8")))
-            stdin_file.flush()
-        stdin_ends = [read_only_copy(stdin_file) for stdin_file, _ in files]
-        for fd in stdin_ends:
+            suffix_file.write(b"%d\n%s" % (len(encoded), encoded))
+            stdin_file.write(stdin.encode("utf-8"))
+            for file in (stdin_file, suffix_file):
+                file.flush()
+        stdin_ends = [read_only_copy(stdin_file) for stdin_file, _, _ in files]
+        suffix_ends = [read_only_copy(suffix_file) for _, _, suffix_file in files]
+        for fd in (*stdin_ends, *suffix_ends):
             stack.callback(os.close, fd)
         read_end, write_end = os.pipe()
         stack.callback(os.close, read_end)
@@ -321,7 +325,8 @@ def _run_harness(
             stack.callback(outputs[-1].close)
             stdout_ends.append(output_write)
         descriptors = [
-            (stdin, stdout, stderr.fileno()) for stdin, (_, stderr), stdout in zip(stdin_ends, files, stdout_ends)
+            (stdin, stdout, stderr.fileno(), suffix)
+            for stdin, (_, stderr, _), stdout, suffix in zip(stdin_ends, files, stdout_ends, suffix_ends)
         ]
         # the manifest: limits and descriptor numbers, on the harness's command line
         manifest = f"{float(limits.wall_s)!r} {budget!r} {write_end} " + " ".join(
@@ -361,7 +366,7 @@ def _run_harness(
             _HARNESS_REFUSED.set()
             return [], 0.0
         results = []
-        for (_, stderr_file), output, report in zip(files, outputs, [*watch.reports, None]):
+        for (_, stderr_file, _), output, report in zip(files, outputs, [*watch.reports, None]):
             stdout = bytes(output.data)
             stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
             largest = max(len(stdout), stderr_size)

@@ -14,12 +14,14 @@ verdict still depends on the program's process (`f(x) == g(y)`, `isinstance(f(x)
 import ast
 import bisect
 import builtins
+import dataclasses
 import functools
 import json
 import logging
 import math
 import operator
 import re
+import secrets
 import textwrap
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +45,8 @@ FAILURE_KEYS = (
     "num_wrong_answer",
 )
 VALUE_MARKER = "@verl-values "
-"""Starts the line on which the judge prints the values of a case's expressions under test."""
+"""Starts the line on which the judge prints the values of a case's expressions under test, followed by the case's
+secret (`Case.secret`): a program that printed the line itself and left before the judge ran passed."""
 MAX_VALUE_DEPTH = 100
 """Values nested deeper than this (or cyclic ones) are not plain values."""
 
@@ -193,7 +196,7 @@ def _verl_judge_factory(budget):
 
 _verl_judge = _verl_judge_factory(BUDGET)
 del _verl_judge_factory
-""".replace("MARKER", repr(VALUE_MARKER)).replace("MAX_DEPTH", str(MAX_VALUE_DEPTH))
+""".replace("MAX_DEPTH", str(MAX_VALUE_DEPTH))
 
 
 def _opening_fence(response: str, start: int, line_end: int) -> tuple[str, str] | None:
@@ -506,6 +509,10 @@ class Case:
     """The stdin/stdout form's expected output."""
     check: Check | None = None
     """The call-based and assert forms' check: run the judge after the program, then test its values here."""
+    secret: str = dataclasses.field(default_factory=lambda: secrets.token_hex(16), compare=False, repr=False)
+    """On the judge's line after VALUE_MARKER (`judge_marker`): only the judge's code holds it (not in the program's
+    source lines while it runs), so a program that prints the line and leaves before the judge must dig it out of its
+    own process first, not print a line the public format gives. Best effort, as the rest of the judge's side."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1042,7 +1049,13 @@ def case_suffix(case: Case, node_budget: int) -> str:
     thunks = ", ".join(f"lambda: ({expression}\n)" for expression in case.check.expressions)
     name = case.check.fn_name
     own = f"if '_verl_program' in globals(): {name} = _verl_program.get({name!r})\n" if name in _BUILTIN_NAMES else ""
-    return f"{_JUDGE.replace('BUDGET', str(node_budget))}{own}_verl_judge({thunks})\n"
+    judge = _JUDGE.replace("BUDGET", str(node_budget)).replace("MARKER", repr(judge_marker(case)))
+    return f"{judge}{own}_verl_judge({thunks})\n"
+
+
+def judge_marker(case: Case) -> str:
+    """What starts the judge's line in `case`'s output: VALUE_MARKER, the case's secret and a space."""
+    return f"{VALUE_MARKER}{case.secret} "
 
 
 def _decode(item: Any, depth: int = 0) -> Any:
@@ -1085,10 +1098,10 @@ def _few_collisions(keys: list[Any]) -> list[Any]:
     return keys
 
 
-def _judge_line(stdout: bytes) -> bytes | None:
-    """The judge's line: the only line of `stdout` holding VALUE_MARKER, which must end the output (the judge
-    leaves right after it); None otherwise, as the line then may not be the judge's alone."""
-    marker = VALUE_MARKER.encode("ascii")
+def _judge_line(stdout: bytes, marker_text: str) -> bytes | None:
+    """The judge's line: the only line of `stdout` holding `marker_text` (`judge_marker`), which must end the output
+    (the judge leaves right after it); None otherwise, as the line then may not be the judge's alone."""
+    marker = marker_text.encode("ascii")
     if stdout.count(marker) != 1:
         return None
     at = stdout.find(b"\n" + marker)
@@ -1097,10 +1110,10 @@ def _judge_line(stdout: bytes) -> bytes | None:
     return stdout[at + 1 + len(marker) : -1]
 
 
-def read_values(stdout: bytes | str, count: int) -> list[Any] | None:
-    """The values on the judge's line of `stdout` (see _judge_line), a _Failed for each that failed; None without
-    a valid line."""
-    line = _judge_line(stdout if isinstance(stdout, bytes) else stdout.encode("utf-8", "surrogatepass"))
+def read_values(stdout: bytes | str, count: int, marker: str) -> list[Any] | None:
+    """The values on the judge's line of `stdout` (see _judge_line; `marker`: its case's `judge_marker`), a _Failed
+    for each that failed; None without a valid line."""
+    line = _judge_line(stdout if isinstance(stdout, bytes) else stdout.encode("utf-8", "surrogatepass"), marker)
     if line is None:
         return None
     try:
@@ -1133,7 +1146,7 @@ def outcome(case: Case, result: SandboxResult) -> str | None:
         expected = (case.expected_stdout or "").encode("utf-8", "surrogatepass")
         passed = _normalize_bytes(result.stdout_bytes) == _normalize_bytes(expected)
     else:
-        values = read_values(result.stdout_bytes, len(case.check.expressions))
+        values = read_values(result.stdout_bytes, len(case.check.expressions), judge_marker(case))
         if values is None:  # the program exited before the judge ran (or printed a line the judge would not)
             return "num_wrong_answer"
         try:
