@@ -969,7 +969,7 @@ def watch_records(records: bytes, close: bool = True) -> harness._Watch:
 def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
     finished = watch_records(b"S 0\nD 0 -9 1 2.5 0.25 0.5\nS 1\n")
     assert (finished.reports, finished.running_since is not None, finished.stalled) == (
-        [(-9, True, 2.5, 0.25, 0.5)],
+        [(-9, True, 2.5, 0.25, 0.5, 0)],
         True,
         False,
     )
@@ -1033,7 +1033,7 @@ def test_the_trainer_waits_for_a_harness_that_waits_for_a_cpu(monkeypatch: pytes
         + "os.write(fd, b'D 0 0 0 0.1 0.1 0\\n')\n"
     )
     watch, elapsed = watch_a_harness(program, crowd=8)
-    assert (watch.stalled, watch.reports) == (False, [(0, False, 0.1, 0.1, 0.0)]), elapsed
+    assert (watch.stalled, watch.reports) == (False, [(0, False, 0.1, 0.1, 0.0, 0)]), elapsed
     assert elapsed > 1.0, "the record came only after the first deadline: nothing was tested"
     watch, elapsed = watch_a_harness("while True:\n    pass\n", crowd=0)
     assert watch.stalled and watch.reports == [] and 1.0 <= elapsed < 1.0 * bootstrap.WAIT_CAP + 0.5, elapsed

@@ -352,3 +352,27 @@ def test_a_program_cannot_read_its_case_s_suffix_before_the_judge_runs() -> None
     [result] = run_python_cases(program, [("the input", "\nprint('judge')  # SECRET\n")])
     assert result.status == "ok", result.stderr
     assert result.stdout == "False the input\njudge\n"
+
+
+def test_an_out_of_memory_kill_is_that_case_s_alone() -> None:
+    """The cgroup's OOM count was read once for the whole harness process: after one case's kill, a later case's
+    plain runtime error counted as memory_limit (num_memory_limit for num_runtime_error)."""
+    if cgroups.available() is None:
+        pytest.skip("no cgroup here: the memory limit is RLIMIT_AS, which counts no kills")
+    program = textwrap.dedent(
+        """
+        import os, time
+        if input() == "mem":
+            os.fork()
+            os.fork()
+            x = bytearray(200 * 2**20)
+            for i in range(0, len(x), 4096):
+                x[i] = 1
+            time.sleep(1)
+        raise ValueError("plain bug")
+        """
+    )
+    statuses = [
+        result.status for result in run_python_cases(program, ["mem\n", "err\n"], SandboxLimits(memory_mb=256))
+    ]
+    assert statuses == ["memory_limit", "error"]

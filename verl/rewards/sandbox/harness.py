@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -175,8 +175,9 @@ def _not_run(limits: SandboxLimits) -> SandboxResult:
 class _Watch:
     """What the trainer learned from the harness's result pipe."""
 
-    reports: list[tuple[int, bool, float, float, float]]
-    """(returncode, timed out, wall seconds, CPU seconds, seconds waited for a CPU) of each finished case, in order."""
+    reports: list[tuple[int, bool, float, float, float, int]]
+    """(returncode, timed out, wall seconds, CPU seconds, seconds waited for a CPU, the cgroup's OOM kills so far) of
+    each finished case, in order."""
     running_since: float | None = None
     """When the case after the reported ones started (trainer's clock), if it did and did not finish."""
     stalled: bool = False
@@ -217,7 +218,12 @@ class _Output:
 
 
 def _watch(
-    read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] = (), harness: int | None = None
+    read_end: int,
+    count: int,
+    wall_s: float,
+    outputs: Sequence[_Output] = (),
+    harness: int | None = None,
+    oom_kills: Callable[[], int] = lambda: 0,
 ) -> _Watch:
     """Read the harness's records until it closes the pipe or misses a deadline, and the cases' `outputs` meanwhile.
 
@@ -283,7 +289,7 @@ def _watch(
                     if watch.running_since is None:
                         raise ValueError("an end without a start")
                     wall, cpu, waited = (float(field) for field in fields[4:])
-                    watch.reports.append((int(fields[2]), fields[3] == "1", wall, cpu, waited))
+                    watch.reports.append((int(fields[2]), fields[3] == "1", wall, cpu, waited, oom_kills()))
                     watch.running_since = None
                 else:
                     raise ValueError("unexpected record")
@@ -342,14 +348,15 @@ def _run_harness(
                 os.close(fd)
         watch = _Watch(reports=[], stalled=True)
         try:
-            watch = _watch(read_end, len(cases), limits.wall_s, outputs, interpreter.process.pid)
+            kills = cgroup.oom_kills if cgroup is not None else lambda: 0  # read as each case ends: its own kills
+            watch = _watch(read_end, len(cases), limits.wall_s, outputs, interpreter.process.pid, kills)
             if not watch.stalled:
                 wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
             returncode, _, ended = interpreter.end(setup, cgroup)
         for output in outputs:  # every writer is gone now: what is left in the pipes
             output.read()
-        oom = cgroup is not None and cgroup.oom_kills() > 0
+        kills_before, kills_at_end = 0, cgroup.oom_kills() if cgroup is not None else 0
         harness_log, _ = _read_tail(log, STDERR_TAIL_BYTES)
         if harness_log.strip():
             logger.warning(
@@ -371,12 +378,14 @@ def _run_harness(
             stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
             largest = max(len(stdout), stderr_size)
             if report is not None:
-                case_returncode, timed_out, wall, cpu, _ = report
+                case_returncode, timed_out, wall, cpu, _, kills = report
+                oom, kills_before = kills > kills_before, kills  # (one case's kill made every later failure one)
                 status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr, oom)
             elif watch.running_since is not None or not watch.reports:
                 # the harness ended during this case (or before the first): charged to the case, which never passes
                 case_returncode, cpu = returncode, 0.0
                 wall = ended - (interpreter.start if watch.running_since is None else watch.running_since)
+                oom = kills_at_end > kills_before
                 status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr, oom)
                 status_name = "error" if status_name == "ok" else status_name
             else:
