@@ -53,16 +53,16 @@ calls = []
 
 
 @function_tool
-def add(a: int, b: int) -> int:
-    'Add two integers.'
-    calls.append((a, b))
-    return a + b
+def check(correct: bool) -> str:
+    'Record whether the sum is correct.'  # (a bool: a random model's integer runs on past max_tokens)
+    calls.append(correct)
+    return "noted"
 
 
 # The SDK's default model (the Responses API), typed output with a forced tool: the call, then the typed answer
 model = OpenAIResponsesModel(model="tiny", openai_client=AsyncOpenAI(base_url=url, api_key="unused"))
 forced = ModelSettings(temperature=0.0, max_tokens=120, tool_choice="required", extra_body={"logit_bias": bias})
-agent = Agent(name="adder", instructions="Add.", model=model, output_type=Answer, tools=[add], model_settings=forced)
+agent = Agent(name="adder", instructions="Add.", model=model, output_type=Answer, tools=[check], model_settings=forced)
 out["agents_responses"] = Runner.run_sync(agent, "Is 1 + 2 three?").final_output.model_dump()
 out["tool_calls"] = len(calls)
 
