@@ -15,16 +15,6 @@ from verl.utils.config import ConfigError
 from verl.workers.config import RewardConfig
 
 
-@pytest.fixture()
-def files(tmp_path):
-    """test_config.py's minimal valid setup: data file, model directory, reward file, prompt template."""
-    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    config_only_model(tmp_path / "model")
-    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
-    (tmp_path / "fmt.jinja").write_text("{{ content }}")
-    return tmp_path
-
-
 def gae(d) -> list[str]:
     """A critic from the actor's model folder, sized like the actor."""
     return [
@@ -460,3 +450,37 @@ def test_a_rubric_parts_function_reaches_the_workers_absolute(files, monkeypatch
     args = [arg for arg in base_args(files) if not arg.startswith("worker.reward.reward_function=")]
     config = load_config([*args, "worker.reward.rubric={fmt: {function: reward.py:compute_score, weight: 1.0}}"])
     assert config.worker.reward.rubric == {"fmt": {"function": f"{files / 'reward.py'}:compute_score", "weight": 1.0}}
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "algorithm.use_kl_loss=true"],
+        ["worker.rollout.mode=disaggregated", "worker.actor.loss_type=gspo", "algorithm.adv_estimator=gae"],
+    ],
+)
+def test_filled_keys_name_every_key_the_loader_fills_in(files, overrides):
+    """A --dry-run dump loaded again drops the keys FILLED_KEYS names where they hold what the loader filled in (so
+    they follow the command line); a key the loader fills in that it does not name would stay the dumped value."""
+    import copy
+
+    from verl.trainer.config import DERIVED_KEYS, FILLED_KEYS, fill_derived
+    from verl.utils.config import command_line_sources, config_to_dict, merge_config
+
+    args = [*base_args(files), *overrides, *(gae(files) if "algorithm.adv_estimator=gae" in overrides else [])]
+    before = merge_config(PPOConfig, command_line_sources(args))
+    after = _flat(config_to_dict(fill_derived(copy.deepcopy(before))))
+    changed = {key for key, value in _flat(config_to_dict(before)).items() if after[key] != value}
+    assert changed - set(DERIVED_KEYS) <= set(FILLED_KEYS)
+    assert changed & set(FILLED_KEYS)  # the loader did fill some in
