@@ -9,29 +9,11 @@ import threading
 
 import pytest
 
+from tests.envs.test_envs import add, explode
 from verl.envs import ToolEnv, XMLParser, load_environment, parse_tool_calls
 from verl.envs.loader import EnvironmentLoadError
 from verl.envs.tools import HERMES, MAX_RESULT_CHARS, ToolCallFormat, assistant_message, tool_call_format
 from verl.models.tiny_models import CHAT_TEMPLATE, TOOL_CALLS, build_tokenizer
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
-
-
-def explode(x: int) -> int:
-    """Always fails.
-
-    Args:
-        x: ignored
-    """
-    raise RuntimeError("boom")
 
 
 def now() -> str:
