@@ -460,10 +460,10 @@ class VerifiersEnv(ChatClientEnv):
             )
         try:
             task_data = json.loads(raw) if isinstance(raw, str) else raw
+            what = "" if isinstance(task_data, Mapping) else f"is {task_data!r:.80}"
         except ValueError as error:
-            task_data = error
-        if not isinstance(task_data, Mapping):  # a corrupt column: the data's fault, not the environment's code
-            what = f"is not JSON ({task_data})" if isinstance(task_data, ValueError) else f"is {task_data!r:.80}"
+            what = f"is not JSON ({error})"
+        if what:  # a corrupt column: the data's fault, not the environment's code
             raise EnvRowError(
                 f"{self.name}: the row's {TASK_COLUMN!r} {what}, not the object of a task's data; write the dataset "
                 f"again with {self._export}."

@@ -581,10 +581,6 @@ def _filled_values(values: Mapping) -> dict[str, Any]:
     return {key: attrgetter(key)(config) for key in FILLED_KEYS}
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and value > 0
-
-
 def without_copies(
     sources: list[tuple[str, dict]], default: Any, derived: Mapping[str, str], run_derived: Mapping[str, str]
 ) -> list[tuple[str, dict]]:

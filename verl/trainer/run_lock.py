@@ -47,6 +47,8 @@ class RunLock:
         self.folder = folder
         self.path = os.path.join(folder, LOCK_FILE)
         self._fd: int | None = None
+        self._key = ""
+        """The lock file's real path, this process's record of holding it (`_HELD`)."""
         self.record = b""
         """What the holder wrote into the lock file (read it from here: closing any descriptor of the file in this
         process would drop the lock)."""
@@ -83,7 +85,7 @@ class RunLock:
             if key in _HELD:  # checked before the file is opened: closing a descriptor drops the lock
                 raise self._refuse(_HELD[key], " (this process holds it: another run in this program)")
             self._acquire()
-            _HELD[key] = json.loads(self.record)
+            _HELD[key], self._key = json.loads(self.record), key
 
     def _acquire(self) -> None:
         try:
@@ -146,7 +148,7 @@ class RunLock:
                 os.ftruncate(fd, 0)
             finally:
                 os.close(fd)  # closing the descriptor releases the record lock
-                _HELD.pop(os.path.realpath(self.path), None)
+                _HELD.pop(self._key, None)
 
 
 def _alive_here(holder: dict[str, Any]) -> bool:
