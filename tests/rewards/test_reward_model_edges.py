@@ -1,0 +1,52 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+# SPDX-License-Identifier: Apache-2.0
+"""Edges of scripts/train_reward_model.py that tests/rewards/test_reward_model.py leaves open (found by a mutation
+audit of the script)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.repo_files import load_repo_file
+from verl.models.tiny_models import get_or_build_tiny_model
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "scripts", "train_reward_model.py")
+SMALL = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 128}
+
+
+def test_a_tie_is_no_win_in_the_train_and_val_accuracy(tmp_path):
+    """Accuracy counts the pairs whose chosen answer scores strictly above the rejected one: a pair of two identical
+    answers scores the same twice, which is no win (a 0.5 chance guess is not 1.0)."""
+    lm_dir = get_or_build_tiny_model("qwen2", str(tmp_path / "models"), **SMALL)
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": f"What is {i} + {i}?", "chosen": str(2 * i), "rejected": str(2 * i)} for i in range(4)]
+    pairs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = ["--model", lm_dir, "--init-from-lm", "--train", str(pairs), "--val", str(pairs)]
+    args += ["--output", str(tmp_path / "rm"), "--batch-size", "4", "--max-length", "64", "--device", "cpu"]
+    proc = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["train_accuracy"] == 0.0 and result["val_accuracy_initial"] == 0.0 and result["val_accuracy"] == 0.0
+    assert abs(result["train_loss"] - 0.6931) < 1e-3  # -log sigmoid(0): nothing to learn
+
+
+def test_pair_messages_of_the_wrong_role_are_refused(tmp_path):
+    """A conversational answer must be an assistant message, and an implicit-prompt conversation a user turn then
+    its answer: the other way round, the answer would be scored as the question."""
+    script = load_repo_file("scripts/train_reward_model.py")
+    user, answer = {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}
+    wrong = {"role": "user", "content": "4"}
+    for name, row, got in (
+        ("explicit", {"prompt": "2 + 2?", "chosen": [wrong], "rejected": [answer]}, "['user']"),
+        ("implicit", {"chosen": [answer, user], "rejected": [user, answer]}, "['assistant', 'user']"),
+    ):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        with pytest.raises(script.PairFileError, match=r"row 0, key 'chosen': must be .* got roles " + re.escape(got)):
+            script.read_pairs(str(path))
