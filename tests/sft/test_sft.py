@@ -492,7 +492,8 @@ DROPOUT = "worker.model.override_config.attention_dropout=0.3"
 @pytest.mark.slow
 def test_data_seed_draws_other_dropout_masks(models, tmp_path, local_ray) -> None:
     """With dropout and the same batches (data.shuffle=false), data.seed alone changes the first step's loss (every
-    worker used to draw from torch's unseeded default RNG, so every seed drew the same masks)."""
+    worker used to draw from torch's unseeded default RNG, so every seed drew the same masks). On the way: with
+    trainer.val_freq=-1 the validation runs at the last step only, and trainer.export_hf_model=false exports nothing."""
     from verl.sft.config import load_sft_config
     from verl.sft.main import run_sft
 
@@ -501,8 +502,11 @@ def test_data_seed_draws_other_dropout_masks(models, tmp_path, local_ray) -> Non
     losses = {}
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
         args = ["trainer.max_steps=1", "data.shuffle=false", f"data.seed={seed}", DROPOUT, "trainer.val_freq=-1"]
-        run_sft(load_sft_config(sft_args(tmp_path, models["text"], str(tmp_path / name), *args)))
+        export = [] if name == "a" else ["trainer.export_hf_model=false"]
+        run_sft(load_sft_config(sft_args(tmp_path, models["text"], str(tmp_path / name), *args, *export)))
         losses[name] = read_steps(str(tmp_path / name))[1]["train/loss"]
+        assert "val/loss" in read_steps(str(tmp_path / name))[1]
+        assert (tmp_path / name / "huggingface" / "config.json").exists() == (name == "a")
     assert losses["a"] == losses["b"] and losses["a"] != losses["c"], losses
 
 
