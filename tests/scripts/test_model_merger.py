@@ -126,6 +126,42 @@ def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path, monkeypatch) ->
         assert torch.equal(tensor, weights[key].to(torch.bfloat16)), key
         assert exact[key].dtype == torch.float32 and torch.equal(exact[key], weights[key]), key
     assert os.path.isfile(tmp_path / "bf16" / "tokenizer_config.json")  # the trainer's files are copied along
+    # the checkpoint's config.json (fp32 master weights) is not copied over the export's: each declares what it holds
+    for folder, dtype in (("bf16", "bfloat16"), ("fp32", "float32")):
+        with open(tmp_path / folder / "config.json") as f:
+            assert json.load(f)["dtype"] == dtype, folder
+
+
+def test_a_lora_merge_adds_the_scaled_adapters_and_writes_the_dtype_asked_for(checkpoint, tmp_path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from verl.utils import quiet
+
+    actor, weights = checkpoint
+    base = os.path.join(os.path.dirname(os.path.dirname(actor)), "model")  # the fixture's model folder
+    lora = tmp_path / "global_step_1" / "actor"
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 64, generator=generator) / 8, torch.randn(64, 8, generator=generator) / 8
+    prefix = "model.layers.0.self_attn.q_proj"
+    with quiet.one_process_checkpoint_io():
+        dcp.save(
+            {"model": {f"{prefix}.lora_A.default.weight": a, f"{prefix}.lora_B.default.weight": b}},
+            checkpoint_id=str(lora),
+            no_dist=True,
+        )
+    shutil.copytree(os.path.join(actor, "huggingface"), lora / "huggingface")
+    config = {"base_model_name_or_path": base, "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+    (lora / "adapter_config.json").write_text(json.dumps(config))
+    expected = weights["model.layers.0.self_attn.q_proj.weight"] + 2.0 * (b @ a)  # lora_alpha / r = 2
+    for dtype, torch_dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        merged = read_merged(merger.merge(str(lora), str(tmp_path / dtype), dtype=dtype))
+        assert {tensor.dtype for tensor in merged.values()} == {torch_dtype}, dtype
+        q_proj = merged["model.layers.0.self_attn.q_proj.weight"]
+        torch.testing.assert_close(q_proj, expected.to(torch_dtype), rtol=0, atol=1e-6 if dtype == "fp32" else 1e-2)
+        assert torch.equal(
+            merged["model.layers.0.self_attn.k_proj.weight"],
+            weights["model.layers.0.self_attn.k_proj.weight"].to(torch_dtype),
+        )
 
 
 def test_an_earlier_sharded_exports_index_is_not_copied_along(checkpoint, tmp_path) -> None:
@@ -324,6 +360,24 @@ def test_a_critic_checkpoint_is_named_as_such(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(merger, "model_class", lambda config: pytest.fail("a model was built for a critic"))
     with pytest.raises(ValueError, match="holds a critic"):
         merger.merge(str(critic))
+
+
+def test_an_actor_whose_lm_head_has_a_bias_is_no_critic(tmp_path) -> None:
+    """Only a one-row lm_head with a bias is this project's value head; a language model's biased head exports."""
+    import torch.distributed.checkpoint as dcp
+
+    from verl.utils import quiet
+
+    for rows in (1, 8):
+        step = tmp_path / str(rows)
+        with quiet.one_process_checkpoint_io():
+            state = {"lm_head.weight": torch.zeros(rows, 4), "lm_head.bias": torch.zeros(rows)}
+            dcp.save({"model": state}, checkpoint_id=str(step), no_dist=True)
+        if rows == 1:
+            with pytest.raises(ValueError, match="holds a critic"):
+                merger.check_not_a_critic(str(step))
+        else:
+            merger.check_not_a_critic(str(step))
 
 
 def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
