@@ -229,6 +229,13 @@ def test_wandb_and_swanlab_follow_their_own_configuration(tmp_path, monkeypatch)
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
     (tmp_path / ".netrc").chmod(0o600)
     assert wandb_mode() == "online"  # what `wandb login` writes
+    # a server of one's own on a port: `wandb login` writes the entry under host and port; NETRC names the file
+    monkeypatch.setenv("WANDB_BASE_URL", "http://localhost:8080")
+    assert wandb_mode() == "offline"
+    (tmp_path / "elsewhere").write_text("machine localhost:8080\n  login user\n  password 0123456789abcdef\n")
+    (tmp_path / "elsewhere").chmod(0o600)
+    monkeypatch.setenv("NETRC", str(tmp_path / "elsewhere"))
+    assert wandb_mode() == "online"
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert wandb_mode() == "disabled"  # the user's explicit choice wins
     monkeypatch.setenv("SWANLAB_API_KEY", "key")

@@ -234,17 +234,19 @@ _SWANLAB_URL = "https://api.swanlab.cn"
 
 
 def wandb_mode() -> str:
-    """WANDB_MODE if set; else online when wandb has credentials (WANDB_API_KEY, or `wandb login`'s netrc entry for
-    the API host), offline otherwise."""
+    """WANDB_MODE if set; else online when wandb has credentials (WANDB_API_KEY, or `wandb login`'s entry for the API
+    server in $NETRC or ~/.netrc: under its host and port, as wandb writes it, or its host alone), offline
+    otherwise."""
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"]
     if os.environ.get("WANDB_API_KEY"):
         return "online"
-    host = urlparse(os.environ.get("WANDB_BASE_URL", _WANDB_URL)).hostname
+    url = urlparse(os.environ.get("WANDB_BASE_URL", _WANDB_URL))
     try:
-        return "online" if netrc.netrc().authenticators(host) else "offline"
+        entries = netrc.netrc(os.path.expanduser(os.environ["NETRC"]) if os.environ.get("NETRC") else None)
     except (OSError, netrc.NetrcParseError):
         return "offline"
+    return "online" if any(entries.authenticators(host) for host in (url.netloc, url.hostname) if host) else "offline"
 
 
 def swanlab_mode() -> str:
