@@ -71,8 +71,15 @@ def test_a_data_loader_workers_error_is_its_last_errors_own_text():
         except ValueError:
             raise ValueError("row 3: the second")  # noqa: B904 - the context shows in the worker's text
 
+    message = "row 3: the reward function raised ValueError: bad answer"
+
+    def naming_its_type():
+        raise ValueError(message)
+
     assert user_error_message(_worker_error(chained)) == "row 3: the second"
     assert user_error_message(_worker_error(handled)) == "row 3: the second"
+    # a message that names its own type again is kept whole
+    assert user_error_message(_worker_error(naming_its_type)) == message
 
 
 def test_an_error_wrapped_by_ray_is_its_cause():

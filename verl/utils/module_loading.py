@@ -72,7 +72,9 @@ def user_error_message(error: BaseException) -> str:
     text = str(error)
     if text.startswith("Caught ") and "\nOriginal Traceback" in text:  # re-raised from a torch DataLoader worker
         kind = type(error)
-        for prefix in (f"{kind.__module__}.{kind.__qualname__}: ", f"{kind.__name__}: "):
+        # the traceback's last line that opens with the error's type (a chained error's own comes last); the message
+        # itself may name the type again ("... raised ValueError: ...")
+        for prefix in (f"\n{kind.__module__}.{kind.__qualname__}: ", f"\n{kind.__name__}: "):
             if prefix in text:
                 return text[text.rindex(prefix) + len(prefix) :].strip()
     return text
