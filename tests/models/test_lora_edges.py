@@ -1,0 +1,67 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+# SPDX-License-Identifier: Apache-2.0
+"""Edges of the LoRA adapters: exclusions on a vision-language model, the adapters' seed, refusals at injection
+(embeddings, fused experts) and the merge's scaling."""
+
+import pytest
+import torch
+
+from verl.models.config import LoraConfig, ModelConfig
+from verl.models.loading import build_model
+from verl.models.lora import apply_lora
+from verl.models.tiny_models import get_or_build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    root = str(tmp_path_factory.mktemp("lora_edge_models"))
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen3_moe")}
+
+
+def _adapted_layers(model: torch.nn.Module) -> set[str]:
+    return {name.split(".lora_A.")[0] for name, _ in model.named_parameters() if ".lora_A." in name}
+
+
+def test_exclude_modules_on_a_vision_language_model_keeps_both_the_users_pattern_and_the_tower(models):
+    model = build_model(ModelConfig(model_path=models["qwen2_5_vl"]), device="meta")
+    apply_lora(model, LoraConfig(rank=4, alpha=8, exclude_modules=".*mlp.*"), True, models["qwen2_5_vl"])
+    layers = _adapted_layers(model)
+    assert layers and all("language_model" in name for name in layers)  # not the tower
+    assert not any(".mlp." in name for name in layers)  # not the excluded MLPs
+    assert any(".self_attn." in name for name in layers)
+
+
+def test_the_adapters_are_the_same_whatever_the_global_random_state(models):
+    """Ranks seed their own random streams (dropout masks per rank): the adapters come from LoRA's own seed."""
+    adapters = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        model = build_model(ModelConfig(model_path=models["qwen2"]))
+        apply_lora(model, LoraConfig(rank=4, alpha=8), False, models["qwen2"])
+        adapters.append({name: param.clone() for name, param in model.named_parameters() if ".lora_A." in name})
+    assert adapters[0] and adapters[0].keys() == adapters[1].keys()
+    assert all(torch.equal(adapters[0][name], adapters[1][name]) for name in adapters[0])
+
+
+def test_the_merge_scaling_follows_peft_with_and_without_rslora():
+    from verl.models.lora import lora_scaling
+
+    assert lora_scaling({"r": 16, "lora_alpha": 32}) == 2.0
+    assert lora_scaling({"r": 16, "lora_alpha": 32, "use_rslora": False}) == 2.0
+    assert lora_scaling({"r": 16, "lora_alpha": 32, "use_rslora": True}) == 8.0  # alpha / sqrt(rank)
+
+
+def test_adapters_on_the_embeddings_are_refused_when_injected(models):
+    """A hub id's model is not read when the config is checked: apply_lora refuses embedding targets itself."""
+    model = build_model(ModelConfig(model_path=models["qwen2"]), device="meta")
+    with pytest.raises(NotImplementedError, match=r"^my.lora: .*lora_embedding.*LoRA adapters on an embedding layer"):
+        apply_lora(model, LoraConfig(rank=4, alpha=8, target_modules="embed_tokens"), False, None, key="my.lora")
+
+
+@pytest.mark.filterwarnings("ignore:The following (rank|alpha)_pattern keys did not match:RuntimeWarning")
+def test_a_mixture_of_two_experts_is_refused_when_its_experts_get_adapters(models):
+    """Two experts are fused as any other count: peft adapts the 3-D tensor, which the merge does not handle."""
+    config = ModelConfig(model_path=models["qwen3_moe"], override_config={"num_experts": 2, "num_experts_per_tok": 1})
+    model = build_model(config, device="meta")
+    with pytest.raises(NotImplementedError, match=r"mixture of experts \(model\.layers\.0\.mlp\.experts"):
+        apply_lora(model, LoraConfig(rank=4, alpha=8), False, None)
