@@ -721,4 +721,5 @@ def _scan_rows(dataset: RLHFDataset, workers: int) -> list[tuple[int | None, str
                 results.append((None, str(error)))
         return results
 
-    return scan_rows(scan, len(dataset.source), workers, one_at_a_time=dataset.has_media)
+    setting = " data.filter_overlong_prompts_workers sets how many."
+    return scan_rows(scan, len(dataset.source), workers, one_at_a_time=dataset.has_media, setting=setting)

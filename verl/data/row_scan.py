@@ -8,6 +8,8 @@ only chunk bounds and their results cross. 200,000 prompts took 33.3 s in one pr
 import multiprocessing
 import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from verl.utils.child_signals import reset_child_signals, signals_held
@@ -40,10 +42,13 @@ def scan_rows(
     workers: int,
     one_at_a_time: bool = False,
     enough: Callable[[list[Any]], bool] | None = None,
+    setting: str = "",
 ) -> list[Any]:
     """`scan(start, stop)`'s results (a list per chunk of rows) joined in row order, over chunks of at most
     SCAN_CHUNK_ROWS rows (one row each where `one_at_a_time`), a few a worker where workers > 1. `enough(results so
-    far)` true stops the scan early (the chunks still running are dropped)."""
+    far)` true stops the scan early (the chunks not started are dropped). A worker that dies (the kernel's
+    out-of-memory killer) is a RuntimeError saying so and ending with `setting` (the key that sets `workers`), not a
+    wait without end."""
     global _SCAN
     size = 1 if one_at_a_time else max(1, min(SCAN_CHUNK_ROWS, -(-rows // (4 * workers))))
     chunks = [(start, min(start + size, rows)) for start in range(0, rows, size)]
@@ -55,16 +60,25 @@ def scan_rows(
                 break
         return results
     _SCAN = scan
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
     try:
-        with signals_held():  # the workers and the pool's thread that replaces dead ones
-            pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker)
-        with pool:  # leaving it terminates the workers
-            for done in pool.imap(_scan_chunk, chunks):
-                results += done
-                if enough is not None and enough(results):
-                    break
+        with signals_held():  # the first submit forks every worker and starts the pool's thread
+            futures = [pool.submit(_scan_chunk, chunk) for chunk in chunks]
+        for (start, _), future in zip(chunks, futures):
+            try:
+                results += future.result()
+            except BrokenProcessPool:
+                raise RuntimeError(
+                    f"A process checking the dataset's rows died while rows from {start} on were being checked: "
+                    "the system killed it (out of memory?) or it crashed. Free memory, or check with fewer "
+                    f"processes ({workers} ran).{setting}"
+                ) from None
+            if enough is not None and enough(results):
+                break
         return results
     finally:
+        pool.shutdown(cancel_futures=True)  # the chunks still running finish; the workers then exit
         _SCAN = None
 
 
