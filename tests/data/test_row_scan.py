@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from verl.data.row_scan import scan_rows
+from verl.data.row_scan import ScanWorkerDied, scan_rows
 
 
 def _rows_slow_first(start: int, stop: int) -> list[int]:
@@ -39,7 +39,7 @@ def _killed_at_row_8(start: int, stop: int) -> list[int]:
 
 
 def test_a_worker_that_dies_is_an_error_naming_the_rows_not_a_wait_without_end():
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises(ScanWorkerDied) as raised:
         scan_rows(_killed_at_row_8, 64, workers=2, setting=" data.filter_overlong_prompts_workers sets how many.")
     message = str(raised.value)
     assert message.startswith("A process checking the dataset's rows died while rows from ")

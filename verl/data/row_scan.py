@@ -23,6 +23,11 @@ SCAN_ROWS_PER_WORKER = 10_000
 
 MAX_SCAN_WORKERS = 16
 
+
+class ScanWorkerDied(RuntimeError):
+    """A process of the scan died (killed by the system, or crashed): the rows were not all checked."""
+
+
 _SCAN: Callable[[int, int], list[Any]] | None = None
 """The running scan's function, which forked workers inherit."""
 
@@ -47,7 +52,7 @@ def scan_rows(
     """`scan(start, stop)`'s results (a list per chunk of rows) joined in row order, over chunks of at most
     SCAN_CHUNK_ROWS rows (one row each where `one_at_a_time`), a few a worker where workers > 1. `enough(results so
     far)` true stops the scan early (the chunks not started are dropped). A worker that dies (the kernel's
-    out-of-memory killer) is a RuntimeError saying so and ending with `setting` (the key that sets `workers`), not a
+    out-of-memory killer) is a ScanWorkerDied error saying so and ending with `setting` (the key that sets `workers`), not a
     wait without end."""
     global _SCAN
     size = 1 if one_at_a_time else max(1, min(SCAN_CHUNK_ROWS, -(-rows // (4 * workers))))
@@ -69,7 +74,7 @@ def scan_rows(
             try:
                 results += future.result()
             except BrokenProcessPool:
-                raise RuntimeError(
+                raise ScanWorkerDied(
                     f"A process checking the dataset's rows died while rows from {start} on were being checked: "
                     "the system killed it (out of memory?) or it crashed. Free memory, or check with fewer "
                     f"processes ({workers} ran).{setting}"

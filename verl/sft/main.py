@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(config.trainer.nnodes)
     if use_writable_dirs_or_exit() is not None:
         return 2
+    from verl.data.row_scan import ScanWorkerDied
     from verl.data.sft_dataset import SFTDataError
     from verl.models.loading import ModelLoadError
     from verl.single_controller.ray.base import WorkerDiedError
@@ -327,7 +328,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_sft(config)
     # a ConfigError: one that only running finds
-    except (ConfigError, SFTDataError, CheckpointFolderError, LoggerStartError, SetupError, ModelLoadError) as err:
+    except (
+        ConfigError,
+        SFTDataError,
+        ScanWorkerDied,
+        CheckpointFolderError,
+        LoggerStartError,
+        SetupError,
+        ModelLoadError,
+    ) as err:
         print(
             f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {user_error_message(err)}",
             file=sys.stderr,
