@@ -30,7 +30,8 @@ class OptimConfig:
     moments, EasyR1's AnyPrecisionAdamW: half the states' memory; with fsdp.torch_dtype=bf16 the pure-bf16 training
     whose updates are Kahan-compensated)."""
     lr_warmup_ratio: float = 0.0
-    """Fraction of the training steps spent in linear warmup."""
+    """Fraction of the training steps spent in linear warmup, rounded down to whole steps as EasyR1 and verl do (TRL's
+    warmup_ratio rounds up: 0.03 of 20 steps warms up 0 steps here, 1 there)."""
     lr_warmup_steps: int | None = None
     """Warmup steps; overrides lr_warmup_ratio when set."""
     min_lr_ratio: float | None = None
