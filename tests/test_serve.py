@@ -6,6 +6,7 @@ tool call); the tiny model behind `python -m verl.serve` checks the real engine,
 OpenAI server must get the same answers. tests/envs/test_serve_and_evaluate.py runs environments through it."""
 
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -898,7 +899,8 @@ def streamed(client, **fields):
 @pytest.fixture(scope="module")
 def live(tiny_model):
     """The tiny model's ChatEngine in this process, served over HTTP: (base URL, the engine's count of unfinished
-    requests at each step, the request ids it aborted). The counts are read off the real engine, not faked."""
+    requests at each step, the request ids it aborted, the vLLM engine, the ChatEngine). The counts are read off the
+    real engine, not faked."""
     engine = ChatEngine(tiny_model, "tiny", 512, 32, "auto")
     core = engine.llm.llm_engine
     seen = SimpleNamespace(held=[], aborted=[], prompts=[])
@@ -918,7 +920,7 @@ def live(tiny_model):
 
     core.step, core.abort_request, core.add_request = counted_step, recorded_abort, recorded_add
     server, url = serve(engine)
-    yield url, seen, core, engine.llm
+    yield url, seen, core, engine
     server.shutdown()
     engine.close()
 
@@ -1032,8 +1034,8 @@ def test_a_stream_that_is_left_is_aborted_while_the_others_finish(live):
 def test_a_text_prompt_longer_than_the_context_can_hold_is_refused_before_it_is_tokenized(live):
     """The bound is vLLM's (each token at most the vocabulary's longest): the engine thread, which every request
     waits on, never tokenizes megabytes (20 MB held every request for 38 s)."""
-    url, seen, core, llm = live
-    limit = 512 * llm.get_tokenizer().max_chars_per_token
+    url, seen, core, engine = live
+    limit = 512 * engine.llm.get_tokenizer().max_chars_per_token
     data = json.dumps({"model": "tiny", "prompt": "a" * (limit + 1), "max_tokens": 1}).encode()
     call = urllib.request.Request(f"{url}/completions", data=data, headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -1400,7 +1402,7 @@ def test_each_sampling_field_changes_the_reply_as_in_vllm(live, fields):
     LLM.generate makes with it in SamplingParams, through /v1/completions and /v1/chat/completions."""
     from vllm import SamplingParams
 
-    url, _, _, llm = live
+    url, _, _, engine = live
     base = {"temperature": 0.0, "max_tokens": 12, "logit_bias": EOS}
     ids = [11, 12, 13, 14, 15, 16, 17, 18]
     body = {**base, **fields}
@@ -1408,7 +1410,11 @@ def test_each_sampling_field_changes_the_reply_as_in_vllm(live, fields):
     without = {**base, **{key: fields[key] for key in ("temperature", "seed") if key in fields}}
     plain = post_json(f"{url}/completions", {"prompt": ids, **without})[1]["choices"][0]["text"]
     bias = {int(token): value for token, value in body.pop("logit_bias").items()} or None
-    (expected,) = llm.generate([{"prompt_token_ids": ids}], SamplingParams(**body, logit_bias=bias), use_tqdm=False)
+    params = SamplingParams(**body, logit_bias=bias)
+    # on the server's engine thread, which owns the engine: from this thread, vLLM's generate stepped it while that
+    # thread still ended the step that had answered the request before (seen under load: vLLM's batch state broke)
+    generate = functools.partial(engine.llm.generate, [{"prompt_token_ids": ids}], params, use_tqdm=False)
+    (expected,) = engine.loop.thread.call(generate)
     assert got == expected.outputs[0].text and got != plain, (got, plain)
     chat = post(url, request(**body, logit_bias={str(token): value for token, value in (bias or {}).items()}))[2]
     assert (
