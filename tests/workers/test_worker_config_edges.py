@@ -1,7 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Edges of the worker config checks (verl/workers/config.py), section by section: a rule weight beside a judge
-alone, a rubric weight that is a boolean, and a reward model whose config names no architecture."""
+alone, a rubric weight that is a boolean, a reward model whose config names no architecture, and a reward model
+weight that is not finite."""
+
+import math
 
 import pytest
 
@@ -35,3 +38,12 @@ def test_a_reward_model_whose_config_names_no_architecture_is_judged_by_its_labe
     two = config_only_model(tmp_path / "two", {"model_type": "qwen2", "num_labels": 2})
     with pytest.raises(ConfigError, match=r"has 2 labels; a reward model gives one score"):
         RewardModelConfig(model_path=str(two)).check_files("worker.reward.model.")
+
+
+@pytest.mark.parametrize("weight", [math.inf, -math.inf])
+def test_an_infinite_reward_model_weight_is_refused(weight):
+    """inf x rm_score is an infinite reward (or nan for a score of 0): refused before anything starts."""
+    config = RewardModelConfig(model_path="rm/model", weight=weight)
+    with pytest.raises(ConfigError, match=rf"'worker.reward.model.weight' must be a finite number, got {weight}"):
+        config.validate("worker.reward.model.")
+    RewardModelConfig(model_path="rm/model", weight=-0.5).validate("worker.reward.model.")  # any finite factor
