@@ -5,6 +5,10 @@
 from types import SimpleNamespace
 
 
+VL_PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 64}
+"""The vision-language tests' image bounds: 4 to 64 patches of 28 x 28."""
+
+
 def data_config(**overrides) -> SimpleNamespace:
     """The data settings SFTDataset reads, with the tests' defaults (tiny images, 256 tokens, errors on overflow)."""
     base = dict(

@@ -7,26 +7,11 @@ import re
 
 import pytest
 from PIL import Image
-from sft_testing import data_config, learned_spans
+from sft_testing import VL_PIXELS, data_config, learned_spans
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset
 from verl.data.tokenizer import get_processor, get_tokenizer
 from verl.models.rope_index import load_model_config
-from verl.models.tiny_models import get_or_build_tiny_model
-
-
-VL_PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 64}
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, str]:
-    root = str(tmp_path_factory.mktemp("sft_models"))
-    return {"text": get_or_build_tiny_model("qwen2", root), "vl": get_or_build_tiny_model("qwen2_5_vl", root)}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(models):
-    return get_tokenizer(models["text"])
 
 
 @pytest.fixture(scope="module")

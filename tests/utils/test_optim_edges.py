@@ -6,26 +6,16 @@ schedules' refusals, and BF16AdamW on parameters without a gradient."""
 import pytest
 import torch
 
+from tests.utils.test_optim import lrs
 from verl.utils.config import ConfigError
-from verl.utils.optim import BF16AdamW, OptimConfig, build_lr_scheduler, build_optimizer
-
-
-def _lrs(config: OptimConfig, steps: int) -> list[float]:
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
-    scheduler = build_lr_scheduler(optimizer, config)
-    out = []
-    for _ in range(steps):
-        out.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return out
+from verl.utils.optim import BF16AdamW, OptimConfig, build_optimizer
 
 
 def test_the_fractions_take_both_ends_of_their_range():
     """lr_warmup_ratio and min_lr_ratio lie in [0, 1]: 1 is a valid value (all warmup; no decay at all)."""
     OptimConfig(lr_warmup_ratio=1.0, min_lr_ratio=1.0, lr_scheduler_type="cosine").validate("worker.actor.optim.")
     OptimConfig(lr_warmup_ratio=0.0, min_lr_ratio=0.0).validate("worker.actor.optim.")
-    assert _lrs(OptimConfig(lr=1.0, lr_scheduler_type="cosine", training_steps=4, min_lr_ratio=1.0), 4) == [1.0] * 4
+    assert lrs(OptimConfig(lr=1.0, lr_scheduler_type="cosine", training_steps=4, min_lr_ratio=1.0), 4) == [1.0] * 4
 
 
 @pytest.mark.parametrize("betas", [[0.9, 1.0], [1.0, 0.999], [-0.1, 0.999], [0.9]])
@@ -39,14 +29,14 @@ def test_a_warmup_ratio_needs_the_number_of_training_steps():
     """A constant schedule with a warmup ratio but no total would warm up for int(ratio x 0) = 0 steps: the warmup the
     user asked for silently gone. It is refused, naming the key; lr_warmup_steps needs no total."""
     with pytest.raises(ValueError, match=r"optim.training_steps=-1"):
-        _lrs(OptimConfig(lr=1.0, lr_warmup_ratio=0.5), 1)
-    assert _lrs(OptimConfig(lr=1.0, lr_warmup_steps=2), 3) == [0.5, 1.0, 1.0]
-    assert _lrs(OptimConfig(lr=1.0, lr_warmup_ratio=0.5, training_steps=4), 3) == [0.5, 1.0, 1.0]
+        lrs(OptimConfig(lr=1.0, lr_warmup_ratio=0.5), 1)
+    assert lrs(OptimConfig(lr=1.0, lr_warmup_steps=2), 3) == [0.5, 1.0, 1.0]
+    assert lrs(OptimConfig(lr=1.0, lr_warmup_ratio=0.5, training_steps=4), 3) == [0.5, 1.0, 1.0]
 
 
 def test_a_negative_warmup_is_refused_by_the_schedule_too():
     with pytest.raises(ValueError, match=r"optim.lr_warmup_steps=-2 must not be negative"):
-        _lrs(OptimConfig(lr=1.0, lr_warmup_steps=-2, lr_scheduler_type="linear", training_steps=4), 1)
+        lrs(OptimConfig(lr=1.0, lr_warmup_steps=-2, lr_scheduler_type="linear", training_steps=4), 1)
 
 
 def test_bf16_adamw_leaves_a_parameter_without_a_gradient_alone():
@@ -95,7 +85,7 @@ def test_adamw_bf16_applies_the_configured_weight_decay():
 def test_a_decaying_schedule_needs_a_positive_number_of_steps():
     for kind in ("cosine", "linear"):
         with pytest.raises(ValueError, match=r"optim.training_steps=0"):
-            _lrs(OptimConfig(lr_scheduler_type=kind, training_steps=0), 1)
+            lrs(OptimConfig(lr_scheduler_type=kind, training_steps=0), 1)
 
 
 def test_an_unknown_schedule_or_strategy_is_refused_when_the_config_is_checked():
