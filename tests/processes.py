@@ -15,10 +15,13 @@ import time
 
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie. One reaped while its /proc entry is read is gone too: reading a
-    vanishing entry fails with ENOENT or ESRCH."""
+    vanishing entry fails with ENOENT or ESRCH. A zombie main thread whose other threads still exit is alive: the
+    process still holds its files (its pipes' other ends stay open until the last thread is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+            if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except (FileNotFoundError, ProcessLookupError):
         return False
 
