@@ -1,14 +1,13 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Edges of the logger backends: what the console shows, where each file and event goes, what a failure says, and
-how the wandb and swanlab runs end (their modules replaced by recording fakes: no service, no package needed)."""
+how the wandb and swanlab runs end (the real libraries, offline, with the calls our backends make recorded on their
+way through)."""
 
 import json
 import logging
 import os
 import socket
-import sys
-import types
 
 import pytest
 
@@ -207,68 +206,87 @@ def test_tensorboard_writes_under_tensorboard_dir_and_names_the_samples_val_gene
     assert not (tmp_path / "logs" / "tensorboard").exists()
 
 
-class FakeWandbRun:
-    url, dir = "https://wandb.example/run", "/nowhere"
-
-    def __init__(self):
-        self.logged, self.exit_code = [], None
-
-    def log(self, data, step=None, commit=None):
-        self.logged.append((data, step))
-
-    def finish(self, exit_code=None):
-        self.exit_code = exit_code
-
-
 @pytest.fixture
-def fake_wandb(monkeypatch):
-    run = FakeWandbRun()
-    module = types.SimpleNamespace(init=lambda **kwargs: run, Table=lambda columns, data: (columns, list(data)))
-    monkeypatch.setitem(sys.modules, "wandb", module)
+def wandb_calls(monkeypatch, tmp_path):
+    """A real offline wandb run, with what our backend hands it recorded on the way (the calls go through)."""
+    import wandb
+    from wandb.sdk.wandb_run import Run
+
+    calls = {"logged": [], "exit_code": None}
+    finish, log, table = Run.finish, Run.log, wandb.Table
+
+    def finished(run, exit_code=None, **kwargs):
+        calls["exit_code"] = exit_code
+        return finish(run, exit_code=exit_code, **kwargs)
+
+    def logged(run, data, step=None, commit=None, **kwargs):
+        calls["logged"].append((data, step))
+        return log(run, data, step=step, commit=commit, **kwargs)
+
+    def tabled(columns, data):
+        calls.setdefault("tables", []).append((list(columns), [list(row) for row in data]))
+        return table(columns=columns, data=data)
+
+    monkeypatch.setattr(Run, "finish", finished)
+    monkeypatch.setattr(Run, "log", logged)
+    monkeypatch.setattr(wandb, "Table", tabled)
     monkeypatch.setenv("WANDB_MODE", "offline")
-    return run
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    return calls
 
 
 @pytest.mark.parametrize(("status", "exit_code"), [("finished", 0), ("failed", 1), ("killed", 1)])
-def test_a_wandb_run_stopped_by_an_error_or_a_signal_ends_as_failed(tmp_path, fake_wandb, status, exit_code):
+def test_a_wandb_run_stopped_by_an_error_or_a_signal_ends_as_failed(tmp_path, wandb_calls, status, exit_code):
     tracker = Tracker(["wandb"], "p", "e", str(tmp_path), CONFIG)
     tracker.finish(status)
-    assert fake_wandb.exit_code == exit_code
+    assert wandb_calls["exit_code"] == exit_code
 
 
-def test_the_wandb_samples_table_holds_every_validation_so_far(tmp_path, fake_wandb):
+def test_the_wandb_samples_table_holds_every_validation_so_far(tmp_path, wandb_calls):
     tracker = Tracker(["wandb"], "p", "e", str(tmp_path), CONFIG)
     tracker.log_generations([("q1", "r1", "g1", 1.0)], step=1)
     tracker.log_generations([("q2", "r2", "g2", 0.0)], step=2)
-    (columns, rows), step = fake_wandb.logged[-1][0]["val/generations"], fake_wandb.logged[-1][1]
-    assert columns == ["step", "prompt", "response", "ground_truth", "score"] and step == 2
-    assert [list(row) for row in rows] == [[1, "q1", "r1", "g1", 1.0], [2, "q2", "r2", "g2", 0.0]]
+    tracker.finish()
+    columns, rows = wandb_calls["tables"][-1]
+    assert columns == ["step", "prompt", "response", "ground_truth", "score"]
+    assert rows == [[1, "q1", "r1", "g1", 1.0], [2, "q2", "r2", "g2", 0.0]]
+    data, step = wandb_calls["logged"][-1]
+    assert list(data) == ["val/generations"] and step == 2
 
 
 @pytest.fixture
-def fake_swanlab(monkeypatch):
+def swanlab_calls(monkeypatch):
+    """Real swanlab in offline mode, with the arguments our backend gives init and finish recorded (calls go through)."""
+    import swanlab
+
     calls = {}
-    module = types.SimpleNamespace(
-        init=lambda **kwargs: calls.setdefault("init", kwargs),
-        log=lambda data, step=None: None,
-        Text=str,
-        finish=lambda state=None: calls.setdefault("state", state),
-    )
-    monkeypatch.setitem(sys.modules, "swanlab", module)
+    init, finish = swanlab.init, swanlab.finish
+
+    def started(**kwargs):
+        calls["init"] = kwargs
+        return init(**kwargs)
+
+    def finished(state=None, **kwargs):
+        calls["state"] = state
+        return finish(state=state, **kwargs)
+
+    monkeypatch.setattr(swanlab, "init", started)
+    monkeypatch.setattr(swanlab, "finish", finished)
     monkeypatch.setenv("SWANLAB_MODE", "offline")
     return calls
 
 
 @pytest.mark.parametrize(("status", "state"), [("finished", "success"), ("failed", "crashed"), ("killed", "aborted")])
-def test_a_swanlab_run_ends_in_the_state_of_how_the_run_ended(tmp_path, fake_swanlab, status, state):
+def test_a_swanlab_run_ends_in_the_state_of_how_the_run_ended(tmp_path, swanlab_calls, status, state):
     Tracker(["swanlab"], "p", "e", str(tmp_path), CONFIG).finish(status)
-    assert fake_swanlab["state"] == state
+    assert swanlab_calls["state"] == state
 
 
-def test_swanlab_logs_under_swanlab_dir(tmp_path, fake_swanlab, monkeypatch):
+def test_swanlab_logs_under_swanlab_dir(tmp_path, swanlab_calls, monkeypatch):
     monkeypatch.setenv("SWANLAB_DIR", str(tmp_path / "elsewhere"))
-    Tracker(["swanlab"], "p", "e", str(tmp_path), CONFIG)
-    assert fake_swanlab["init"]["logdir"] == str(tmp_path / "elsewhere")
+    Tracker(["swanlab"], "p", "e", str(tmp_path), CONFIG).finish()
+    assert swanlab_calls["init"]["logdir"] == str(tmp_path / "elsewhere")
+    assert os.listdir(tmp_path / "elsewhere")  # swanlab wrote its run there
 
 
 def _closed_port_url() -> str:
@@ -304,21 +322,16 @@ def test_every_metric_name_is_one_mlflow_takes(key):
 
 
 def test_mlflow_names_the_metrics_it_renames_but_not_pass_at_k(tmp_path, monkeypatch, caplog):
-    logged = []
-    run = types.SimpleNamespace(info=types.SimpleNamespace(run_id="run"))
-    noop = lambda *args, **kwargs: None  # noqa: E731
-    module = types.SimpleNamespace(
-        set_experiment=noop,
-        start_run=lambda run_name: run,
-        get_tracking_uri=lambda: "memory",
-        get_run=lambda run_id: types.SimpleNamespace(data=types.SimpleNamespace(params={})),
-        log_params=noop,
-        log_metrics=lambda metrics, step, synchronous: logged.append((metrics, step)),
-    )
-    monkeypatch.setitem(sys.modules, "mlflow", module)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "memory")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     tracker = Tracker(["mlflow"], "p", "e", str(tmp_path), CONFIG)
     with caplog.at_level(logging.WARNING, logger="verl.utils.logger.backends"):
         tracker.log({"val/pass@4": 1.0, "reward/acc(strict)": 0.5}, step=2)
-    assert logged == [({"reward/acc_strict_": 0.5, "val/pass_at_4": 1.0}, 2)]
+    tracker.finish()
+    client = MlflowClient(tracking_uri="sqlite:///" + str(tmp_path / "mlflow.db"))
+    (run,) = client.search_runs([client.get_experiment_by_name("p").experiment_id])
+    assert run.data.metrics == {"reward/acc_strict_": 0.5, "val/pass_at_4": 1.0}
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/pass_at_4")] == [2]
     assert "acc(strict)" in caplog.text and "pass@4" not in caplog.text
