@@ -120,7 +120,7 @@ MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
 """What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 7
+BUILDER_VERSION = 8
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
@@ -144,7 +144,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 # Qwen2-VL-Instruct style: `content` is a string or a list of image/video/text parts, each image/video one pad token
 # that the processor expands. `tools` go into the system message; calls are <tool_call> JSON blocks (as in Qwen2.5).
 TOOL_CALLS = (
-    "{% for call in message['tool_calls'] or [] %}{% if message['content'] or not loop.first %}\n{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
     '<tool_call>\n{"name": "{{ call[\'function\'][\'name\'] }}", "arguments": '
     "{% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}"
     "{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}}\n</tool_call>{% endfor %}"
@@ -378,10 +378,12 @@ def chat_template(kind: str) -> str:
             "{% elif 'text' in part %}{{ part['text'] | trim }}{% endif %}{% endfor %}"
         )
         return GEMMA3_CHAT_TEMPLATE.replace(text_parts, parts)
-    if kind == "qwen3":
+    if kind in ("qwen3", "qwen3_moe"):
         opening = "<|im_start|>{{ message['role'] }}\n"  # once in CHAT_TEMPLATE: each message's
         template = CHAT_TEMPLATE.replace(opening, opening + QWEN3_THINKING_GATE).replace(DEFAULT_SYSTEM, QWEN3_SYSTEM)
         return QWEN3_LAST_QUERY + template.replace("<|im_start|>assistant\n{% endif %}", QWEN3_GENERATION_PROMPT)
+    if kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen3_next"):
+        return CHAT_TEMPLATE.replace(DEFAULT_SYSTEM, QWEN3_SYSTEM)
     if kind not in MEDIA_PLACEHOLDERS:
         return CHAT_TEMPLATE
     image, video = MEDIA_PLACEHOLDERS[kind]
@@ -1015,14 +1017,15 @@ def _read_spec(model_dir: str) -> dict[str, Any] | None:
 
 
 def get_or_build_tiny_model(kind: ModelKind, cache_root: str, seed: int = 0, **size: Any) -> str:
-    """Build a tiny model into `cache_root/<kind>` (other specs: suffixed with a hash) once and reuse it. Builds are
-    renamed into place, so a crash or a concurrent builder never leaves a half-written directory; a directory of
-    another builder version is replaced."""
+    """Build a tiny model into `cache_root/<kind>` (other specs: suffixed with a hash of the spec) once and reuse it.
+    Builds are renamed into place, so a crash or a concurrent builder never leaves a half-written directory; a
+    directory of another builder version is replaced (the hash leaves the version out, so the cache does not grow)."""
     spec = _make_spec(kind, seed, size)
     wanted = spec.to_dict()
     name = kind
     if spec != TinyModelSpec(kind=kind):
-        name += "-" + hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:12]
+        named = {key: value for key, value in wanted.items() if key != "builder_version"}
+        name += "-" + hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:12]
     target = os.path.join(cache_root, name)
     if _read_spec(target) == wanted:
         return target
