@@ -192,8 +192,7 @@ def _start_local_ray(
     # processes outlive a lost control store long enough for the step and the save (`watch_control_store`).
     events = {TASK_EVENTS_ENV: str(TASK_EVENTS_INTERVAL_MS), PROFILING_ENV: "1"} if profile else {TASK_EVENTS_ENV: "0"}
     lost_gcs = {GCS_LOSS_ENV: str(int(stop_grace_s) + RAY_GCS_LOSS_S)}
-    for name, value in {**events, PRESTART_ENV: "0", **lost_gcs}.items():
-        os.environ.setdefault(name, value)
+    _set_ray_defaults({**events, PRESTART_ENV: "0", **lost_gcs})
     warning = ray_temp_disk_warning()
     if warning:
         logger.warning(warning)
@@ -212,6 +211,24 @@ def _start_local_ray(
     finally:
         if hangup is not None:
             signal.signal(signal.SIGHUP, hangup)
+
+
+_ray_defaults_set: dict[str, str] = {}
+"""The variables `_set_ray_defaults` wrote into this process's environment, with their values: not the user's."""
+
+
+def _set_ray_defaults(values: dict[str, str]) -> None:
+    """Each of `values` into this process's environment (Ray's processes inherit it) unless the user set it. What an
+    earlier local Ray of this process wrote is not the user's: a later one (a notebook's next run after
+    `ray.shutdown()`) replaces it, or removes it where this run leaves it unset (PROFILING_ENV without a timeline)."""
+    for name in set(_ray_defaults_set) - set(values):
+        if os.environ.get(name) == _ray_defaults_set.pop(name):
+            del os.environ[name]
+    for name, value in values.items():
+        if name in os.environ and os.environ[name] != _ray_defaults_set.get(name):
+            _ray_defaults_set.pop(name, None)  # the user's since
+            continue
+        os.environ[name] = _ray_defaults_set[name] = value
 
 
 @contextmanager
