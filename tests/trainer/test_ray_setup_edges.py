@@ -31,6 +31,7 @@ def test_a_submitted_jobs_own_variables_are_left_to_its_runtime_env(monkeypatch)
 def test_a_relative_pythonpath_reaches_the_workers_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(JOB_CONFIG_ENV, raising=False)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)  # set by earlier tests in this process
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["src", "", "/abs/lib"]))
     env = worker_env("cuda")
     assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "src"), "/abs/lib"])
