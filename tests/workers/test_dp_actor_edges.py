@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.workers.fsdp_testing import make_text_batch, reference_outputs
+from tests.workers.test_dp_actor import recording_optimizer
 from verl.algorithms.core_algos import compute_kl_loss, compute_policy_loss, high_entropy_mask
 from verl.algorithms.masked_ops import masked_mean
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -19,21 +20,6 @@ from verl.models.tiny_models import get_or_build_tiny_model
 
 TEMPERATURE = 0.7
 INPUTS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
-
-
-class RecordingSGD(torch.optim.SGD):
-    """SGD with lr=0 that keeps the gradients it was asked to apply (the real optimizer, its step recorded)."""
-
-    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch.optim.Optimizer.step signature
-        self.grads = {name: param.grad.clone() for name, param in self.named if param.grad is not None}
-        return super().step(closure)
-
-
-def recording_optimizer(model: torch.nn.Module) -> RecordingSGD:
-    named = [(name, param) for name, param in model.named_parameters() if param.requires_grad]
-    optimizer = RecordingSGD([param for _, param in named], lr=0.0)
-    optimizer.named = named
-    return optimizer
 
 
 def actor_config(**overrides):
