@@ -5,13 +5,12 @@ check on old_log_probs, which rows skip_zero_advantage_rows may leave out, the r
 top_entropy_quantile, the KL loss's switches and coefficient, the entropy estimate, and clip fractions when no token
 takes part."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
 
 from tests.workers.fsdp_testing import make_text_batch, reference_outputs
+from tests.workers.test_dp_actor import actor_config as dp_actor_config
 from tests.workers.test_dp_actor import recording_optimizer
 from verl.algorithms.core_algos import compute_kl_loss, compute_policy_loss, high_entropy_mask
 from verl.algorithms.masked_ops import masked_mean
@@ -23,19 +22,18 @@ INPUTS = ["input_ids", "attention_mask", "position_ids", "responses", "response_
 
 
 def actor_config(**overrides):
-    from verl.workers.actor.config import ActorConfig
+    """test_dp_actor's config, packed and without dynamic batching, with micro-batches of 4 and no entropy or KL term."""
+    plain = {"micro_batch_size_per_device_for_update": 4, "micro_batch_size_per_device_for_experience": 4}
+    plain.update(entropy_coeff=0.0, use_kl_loss=False, kl_coef=1e-3)
+    return dp_actor_config(True, False, **{**plain, **overrides})
 
-    base = ActorConfig(
-        global_batch_size=8,
-        micro_batch_size_per_device_for_update=4,
-        micro_batch_size_per_device_for_experience=4,
-        padding_free=True,
-        dynamic_batching=False,
-        max_grad_norm=1e6,
-        entropy_coeff=0.0,
-        use_kl_loss=False,
-    )
-    return dataclasses.replace(base, **overrides)
+
+def gradients_of(model, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The gradients `loss` gives the model's parameters (cleared again afterwards)."""
+    loss.backward()
+    grads = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
 
 
 def assert_same_grads(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
@@ -130,9 +128,7 @@ def test_rollout_weights_and_the_top_entropy_tokens_both_weigh_the_policy_gradie
         "token-mean",
         token_weights=weights * kept,
     )
-    pg_loss.backward()
-    expected = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
-    model.zero_grad(set_to_none=True)
+    expected = gradients_of(model, pg_loss)
     metrics, grads = update(model, data, actor_config(top_entropy_quantile=0.5))
     assert metrics["actor/pg_loss"] == pytest.approx(pg_loss.item(), rel=1e-4)
     assert_same_grads(grads, expected)
@@ -147,9 +143,7 @@ def test_the_kl_loss_is_weighed_by_kl_coef_and_reported_with_it(model) -> None:
     args = (mask, "default", 0.2, 0.3, 3.0, "token-mean")
     pg_loss, _ = compute_policy_loss(data.batch["old_log_probs"], log_probs, data.batch["advantages"], *args)
     kl_loss = compute_kl_loss(log_probs, data.batch["ref_log_probs"], mask, "low_var_kl", "token-mean")
-    (pg_loss + 0.25 * kl_loss).backward()
-    expected = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
-    model.zero_grad(set_to_none=True)
+    expected = gradients_of(model, pg_loss + 0.25 * kl_loss)
     metrics, grads = update(model, data, actor_config(use_kl_loss=True, kl_coef=0.25))
     assert metrics["actor/kl_coef"] == 0.25
     assert metrics["actor/kl_loss"] == pytest.approx(kl_loss.item(), rel=1e-4)
@@ -167,9 +161,7 @@ def test_the_entropy_bonus_is_subtracted_from_the_loss(model) -> None:
     args = (mask, "default", 0.2, 0.3, 3.0, "token-mean")
     pg_loss, _ = compute_policy_loss(data.batch["old_log_probs"], out["log_probs"], data.batch["advantages"], *args)
     entropy_loss = compute_entropy_loss(out["entropy"], mask, "token-mean")
-    (pg_loss - 0.5 * entropy_loss).backward()
-    expected = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
-    model.zero_grad(set_to_none=True)
+    expected = gradients_of(model, pg_loss - 0.5 * entropy_loss)
     metrics, grads = update(model, data, actor_config(entropy_coeff=0.5))
     assert metrics["actor/entropy_loss"] == pytest.approx(entropy_loss.item(), rel=1e-4)
     assert_same_grads(grads, expected)
