@@ -449,3 +449,105 @@ def test_a_reward_that_fails_saves_the_last_step_with_the_failed_steps_prompts_i
     trained = [record["prompt"] for step in range(1, failed + 2) for record in read_rollouts(save, step)]
     counts = Counter(trained)
     assert set(counts.values()) == {2} and len(counts) == 4 * (failed + 1), "a prompt was lost, or trained twice"
+
+
+FAILS_IN_STEP_2 = """
+calls = []
+
+
+def compute_score(sample):
+    calls.append(1)
+    assert len(calls) <= 8, "the reward service went away"  # step 1's 4 prompts x 2 samples score
+    return {"overall": float(len(sample["response"]) % 2)}
+"""
+
+FLAT_AFTER_STEP_1 = """
+seen = []
+
+
+def compute_score(sample):  # step 1: each group's first sample 1, its second 0; then every group scores alike
+    seen.append(sample["uid"])
+    return {"overall": float(seen.count(sample["uid"]) == 1) if len(seen) <= 8 else 1.0}
+"""
+
+CASES = {
+    # two rounds of 2 prompts a step, one version ahead; the reward fails once step 2's rounds are taken
+    "rounds": (FAILS_IN_STEP_2, ["worker.rollout.max_staleness=1", "data.mini_rollout_batch_size=2"]),
+    # online filtering at max_staleness=0 (mode=sync's batches): step 2 runs its 2 allowed rounds, keeps nothing
+    "filtering": (
+        FLAT_AFTER_STEP_1,
+        ["algorithm.online_filtering=true", "trainer.max_try_make_batch=2", "worker.rollout.max_staleness=0"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_step_of_several_rounds_that_fails_saves_a_checkpoint_the_same_command_resumes(workspace, capsys, case):
+    """An asynchronous step that takes more than one generation round and then fails in the user's code saves the step
+    before with at most max_staleness + 1 rounds in flight, so that running the same command again resumes.
+
+    Before the fix the save put every prompt the failed step had taken back beside the prompts it had admitted in their
+    place: with data.mini_rollout_batch_size below rollout_batch_size (two rounds a step), or with online filtering that
+    ran several rounds, the checkpoint held more prompts in flight than the run keeps, and the resume the error message
+    promised was refused ("Cannot resume from ...: it holds 6 prompts in flight, more than this run keeps in flight ...;
+    resume with the saved run's round size and staleness bound", though it was the saved run's)."""
+    from verl.trainer.main import main
+
+    root = workspace["root"]
+    failing_source, extra = CASES[case]
+    name = f"failed_{case}"
+    (root / f"{name}.py").write_text(failing_source)
+    (root / "parity.py").write_text(PARITY)
+    common = [
+        arg
+        for arg in run_args(workspace, name, "worker.rollout.mode=colocated", "worker.reward.stream=false", *extra)
+        if not arg.startswith("worker.reward.reward_function=")
+    ]
+    assert (
+        main([*common, f"worker.reward.reward_function={root / f'{name}.py'}:compute_score", "trainer.max_steps=3"])
+        == 1
+    )
+    err = capsys.readouterr().err
+    save = root / name
+    assert f"The latest checkpoint is {save / 'global_step_1'}: running the same command again resumes from it." in err
+    # the same command with the reward fixed resumes, and trains every prompt exactly once, n samples each
+    run_ppo(
+        load_config(
+            [*common, f"worker.reward.reward_function={root / 'parity.py'}:compute_score", "trainer.max_steps=3"]
+        )
+    )
+    assert (save / "global_step_3").is_dir()
+    trained = Counter(record["prompt"] for step in (1, 2, 3) for record in read_rollouts(save, step))
+    assert set(trained.values()) == {2} and len(trained) == 12, "a prompt was lost, or trained twice"
+
+
+def test_remax_baseline_has_the_budget_its_group_was_admitted_with(workspace):
+    """ReMax's greedy baseline in an asynchronous run with data.response_length_schedule: a group admitted in one stage
+    and taken in the next (max_staleness=1) was compared with a greedy answer generated at the new stage's longer
+    length, so at every stage change the baseline was biased against the whole batch (here every advantage -4 at step
+    2); the baseline now gets its samples' budget, the stage its prompt was admitted in, as in mode=sync.
+
+    The reward is the response's token count and every response runs to its budget (ignore_eos), so a baseline of the
+    samples' budget gives advantage 0 exactly."""
+    root = workspace["root"]
+    (root / "length.py").write_text(
+        "def compute_score(sample):\n    return {'overall': float(sample['response_length'])}\n"
+    )
+    args = [arg for arg in run_args(workspace, "remax_stages") if not arg.startswith("worker.reward.reward_function=")]
+    args += [
+        f"worker.reward.reward_function={root / 'length.py'}:compute_score",
+        "worker.rollout.mode=colocated",
+        "worker.rollout.max_staleness=1",
+        "worker.rollout.ignore_eos=true",
+        "algorithm.adv_estimator=remax",
+        "data.response_length_schedule={0: 2, 2: 6}",
+        "trainer.max_steps=3",
+    ]
+    run_ppo(load_config(args))
+    log = read_log(root / "remax_stages")
+    assert sorted(log) == [1, 2, 3]
+    # step 2 (stage 6) trains the groups admitted in step 1 (stage 2): 2 tokens each, one version old
+    assert log[2]["response_length/max"] == 2.0 and log[2]["async/staleness_max"] == 1.0
+    assert log[3]["response_length/max"] == 6.0
+    for step, row in log.items():
+        assert row["critic/advantages/mean"] == 0.0 and row["critic/advantages/min"] == 0.0, (step, row)

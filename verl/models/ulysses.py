@@ -183,13 +183,19 @@ def gather_slices(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- rows of the trainer
 
 
-def gather_rows(data: Any, group: dist.ProcessGroup | None) -> Any:
-    """The DataProto rows of every rank of `group`, in rank order (own rows when group is None)."""
+def gather_rows(data: Any, group: dist.ProcessGroup | None, slices: int = 1) -> Any:
+    """The DataProto rows of every rank of `group`, in rank order (own rows when group is None). With `slices`, each
+    rank's rows are cut into that many equal slices and joined slice by slice (every rank's first slice, in rank
+    order, then every rank's second, ...): an update's mini-batches of the joined rows then hold the rows the ranks'
+    own mini-batches hold without the group, so the optimizer steps are those of ulysses_size=1."""
     if group is None:
         return data
     device = data.batch.device if data.batch is not None else None
     parts: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(parts, data.to("cpu") if device is not None else data, group=group)
+    if slices > 1:
+        pieces = [part.chunk(slices) for part in parts]
+        parts = [piece[index] for index in range(slices) for piece in pieces]
     joined = DataProto.concat(parts)
     return joined.to(device) if device is not None else joined
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from verl.algorithms import core_algos
+from verl.data.dataset import RESPONSE_BUDGET_COLUMN
 from verl.protocol import DataProto
 from verl.rewards.manager import place_scores, valid_response_mask
 from verl.trainer.checkpointing import atomic_write
@@ -138,8 +139,12 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         self.in_flight: dict[str, DataProto] = {}
         """Prompt rows admitted and not yet trained, by uid (checkpointed)."""
         self._readmit: DataProto | None = None
-        self._taken_this_step: dict[str, DataProto] = {}
-        """The prompt rows this step has taken out of flight (trained, or dropped by online filtering)."""
+        self._admitted_length: dict[str, int] = {}
+        """With data.response_length_schedule: the stage's response length each in-flight prompt was admitted with
+        (its samples' budget, whatever stage the step that takes it is in)."""
+        self._in_flight_at_step_start: dict[str, DataProto] | None = None
+        """The prompt rows in flight when this step began, before its admissions (what a save of the step before
+        records if this step fails: `_position_before_failed_step`)."""
         reward = self.config.worker.reward
         self.stream_rewards = reward.stream is not False and reward_stream_obstacle(reward, rollout.mode) is None
         """Score each group as soon as it is complete, while the engines generate."""
@@ -147,7 +152,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
-        self._taken_this_step = {}
+        self._in_flight_at_step_start = dict(self.in_flight)
         rounds = itertools.count()
         batch = self._fill_batch(lambda: self._take_round(version, next(rounds), metrics), metrics)
         versions, resumed = batch.batch["rollout_versions"], batch.batch["rollout_resumed"]
@@ -179,6 +184,14 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         """ReMax baselines: one greedy call on the batch's prompts with this step's engine weights."""
         uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
         prompts = DataProto.concat([self.in_flight[uid] for uid in uids]).select(deepcopy=True)
+        if any(uid in self._admitted_length for uid in uids):  # the greedy answer gets its samples' budget
+            caps = prompts.non_tensor_batch.get(RESPONSE_BUDGET_COLUMN, [None] * len(uids))
+            budgets = []
+            for uid, cap in zip(uids, caps):
+                stage = self._admitted_length.get(uid)
+                has_cap = cap is not None and not (isinstance(cap, float) and np.isnan(cap))
+                budgets.append(stage if not has_cap else int(cap) if stage is None else min(int(cap), stage))
+            prompts.non_tensor_batch[RESPONSE_BUDGET_COLUMN] = np.array(budgets, dtype=object)
         gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
         values = self._greedy_baselines(prompts, gen_batch)
         per_prompt = dict(zip(uids, values.tolist()))
@@ -231,6 +244,9 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
                 f"with worker.rollout.max_staleness={self.admission.max_staleness}; this is a bug in the admission."
             )
         prompts = DataProto.concat(parts)
+        stage = self._rollout_request().response_length  # None without data.response_length_schedule
+        if stage is not None:
+            self._admitted_length.update(dict.fromkeys(prompts.non_tensor_batch["uid"], stage))
         if len(prompts) % ranks != 0:
             raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {ranks} rollout engines.")
         return prompts
@@ -241,18 +257,22 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
             self._add_greedy_baselines(batch)
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):
-            if uid in self.in_flight:
-                self._taken_this_step[uid] = self.in_flight.pop(uid)
+            self.in_flight.pop(uid, None)
+            self._admitted_length.pop(uid, None)
         return batch
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 
     def _position_before_failed_step(self, loader_state: dict[str, Any]) -> dict[str, Any]:
-        """The loader has moved on with this step's admissions, whose prompts are in flight; the prompts the failed
-        step took go back in flight: the save of the step before records them, and a resume generates them again."""
-        self.in_flight.update(self._taken_this_step)
-        self._taken_this_step = {}
-        return self.train_dataloader.state_dict()
+        """The state before the failed step: the prompts in flight when it began and the loader's position then
+        (`loader_state`), so the save of the step before records what a save at its end would have, and a resume
+        generates them again. (Putting the failed step's taken prompts back beside its own admissions held more
+        prompts than max_staleness + 1 rounds whenever a step took more than one round, and the resume refused that
+        checkpoint.)"""
+        if self._in_flight_at_step_start is None:  # failed before generating: nothing admitted or taken
+            return loader_state
+        self.in_flight, self._in_flight_at_step_start = self._in_flight_at_step_start, None
+        return loader_state
 
     def _write_run_state(self, path: str) -> None:
         super()._write_run_state(path)

@@ -288,7 +288,8 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
         if critic:  # another critic model failed inside the workers' checkpoint load, naming neither step nor key
             critic_model = config.worker.critic.model
             check_matches_run(path, critic_model.model_path, critic_model.lora, "worker.critic.model", role="critic")
-        _check_in_flight(config, path)
+        if not config.trainer.val_only:  # a validation trains none of them: any mode and round size may validate it
+            _check_in_flight(config, path)
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
@@ -299,6 +300,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     _check_critic_vocabulary(config, tokenizer)
     rollout = config.worker.rollout
     tools = None
+    client_env = False
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
         from verl.envs import load_environment
         from verl.envs.base import release_env
@@ -306,6 +308,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
         from verl.envs.tools import tool_call_format
 
         env = load_environment(rollout.env, rollout.env_kwargs)
+        client_env = isinstance(env, ChatClientEnv)
         schemas = getattr(env, "tool_schemas", None)
         tools = schemas() if schemas is not None else None
         if not isinstance(env, ChatClientEnv):  # the workers build their own; what this one started ends now
@@ -326,6 +329,10 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     train_dataloader, val_dataloader = create_dataloader(
         data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )
+    if client_env:
+        _check_client_env_prompts(
+            rollout.env, [("data.train_files", train_dataloader), ("data.val_files", val_dataloader)]
+        )
     unused = [] if rollout.env else train_dataloader.dataset.agent_loop_fields()
     if unused:
         logger.warning(
@@ -335,6 +342,23 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
             ", ".join(unused),
         )
     return train_dataloader, val_dataloader, tokenizer, processor, path
+
+
+def _check_client_env_prompts(env: str, loaders: list[tuple[str, Any]]) -> None:
+    """A ChatClientEnv's episodes start from the prompts' text messages (`VLLMRollout._prompt_messages`): data whose
+    prompts give the model images or videos is refused here, not at the first rollout inside every worker (a
+    NotImplementedError under Ray's traceback, after the models and engines had started)."""
+    for key, loader in loaders:
+        dataset = getattr(loader, "dataset", None)
+        if dataset is None or not dataset.has_media or dataset.processor is None or dataset.text_only is not None:
+            continue
+        columns = [column for column in (dataset.image_key, dataset.video_key) if column in dataset.source.columns]
+        raise ValueError(
+            f"worker.rollout.env={env!r} is a ChatClientEnv, whose episodes run text prompts only, and {key} has the "
+            f"media column(s) {columns} (data.image_key, data.video_key) that the model reads: use a MultiTurnEnv "
+            "(verl.envs) for prompts with images or videos, or point data.image_key / data.video_key at no column to "
+            "train on the text alone."
+        )
 
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:
