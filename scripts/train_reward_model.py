@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     with device_utils.one_process_group():  # torchrun's group, or this process alone
         try:
             results = train(args, train_pairs, val_pairs)
-        except (OSError, ValueError) as error:  # a causal LM without --init-from-lm, a folder without a tokenizer
+        except (OSError, ValueError, NotImplementedError) as error:  # a causal LM without --init-from-lm, a folder
+            # without a tokenizer, a vision-language model (no reward model of one yet)
             print(f"train_reward_model: {error}", file=sys.stderr)
             return 2
         if dist.get_rank() == 0:

@@ -271,3 +271,39 @@ def test_cut_messages_are_not_in_the_response_and_a_reward_that_is_no_number_is_
     record = episode_record(0, setup, result, {"overall": math.nan, "accuracy": 1.0}, str(tmp_path / "out.jsonl"))
     assert record["reward"] is None and record["scores"] == {"overall": None, "accuracy": 1.0}
     json.dumps(record, allow_nan=False)
+
+
+def test_a_row_with_videos_is_refused_before_any_request(tmp_path):
+    """Journey: an EasyR1 / verl video dataset (a `videos` column, `<video>` in the prompt) trained with GRPO (the
+    trainer reads the clips at data.video_fps), then evaluated with `python -m verl.envs.evaluate --data` on the same
+    rows, which the README says it reads "as the trainer reads data.val_files". evaluate sends images only: it asked the
+    endpoint with the literal text "<video>..." and no video, and scored that reply as the model's answer about the clip
+    (checked by hand against `python -m verl.serve` of a tiny Qwen2.5-VL: exit 0, a reward per row, the record's first
+    message the bare text). A row with videos must be refused, naming it, before any request.
+
+    No endpoint is needed to tell: with --model given, the rows are checked before the first request, and the
+    original code went on to ask a port nothing listens on (its error then is the connection's)."""
+    import socket
+
+    from media_files import write_video
+
+    write_video(str(tmp_path / "clip.mp4"), num_frames=8, rate=4, size=(56, 56))
+    data = tmp_path / "val.jsonl"
+    rows = [
+        {"prompt": "What is 1 + 1?", "answer": "2"},
+        {"prompt": "<video>Is the clip getting brighter? Answer yes or no.", "answer": "yes", "videos": ["clip.mp4"]},
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    from verl.envs.evaluate import main
+
+    with pytest.raises(SystemExit) as error:
+        main(["--data", str(data), "--model", "m", "--base-url", nobody, "--max-retries", "0"])
+    message = str(error.value)
+    assert message.startswith(f"evaluate: --data {data}, row 1: it has videos (--video-key videos)"), message
+    # the rows of a dataset without videos still run (here: up to the endpoint that is not there)
+    data.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "videos": []}) + "\n")
+    with pytest.raises(SystemExit, match="row 0: the endpoint --base-url .* failed: Connection error"):
+        main(["--data", str(data), "--model", "m", "--base-url", nobody, "--max-retries", "0"])

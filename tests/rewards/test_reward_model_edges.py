@@ -50,3 +50,44 @@ def test_pair_messages_of_the_wrong_role_are_refused(tmp_path):
         path.write_text(json.dumps(row) + "\n")
         with pytest.raises(script.PairFileError, match=r"row 0, key 'chosen': must be .* got roles " + re.escape(got)):
             script.read_pairs(str(path))
+
+
+def test_a_vision_language_model_is_one_line_not_a_traceback(tmp_path):
+    """Journey: pairs -> `scripts/train_reward_model.py --init-from-lm` -> worker.reward.model, started from the model a
+    user has at hand after the README's VLM journey (the quickstart's Qwen2.5-VL warm start). Reward models of
+    vision-language models are not supported (verl.rewards.model_worker says so, naming the model), but the script let
+    that NotImplementedError out as a traceback with exit status 1, where every other refusal of its inputs is one line
+    `train_reward_model: ...` with status 2 (its docstring; tests/rewards/test_reward_model*.py). Real script, real tiny
+    model, as tests/rewards/test_reward_model_edges.py runs it."""
+    model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models"))
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [
+        {
+            "prompt": f"What is {i} + {i}?",
+            "chosen": str(2 * i),
+            "rejected": str(2 * i + 1),
+        }
+        for i in range(4)
+    ]
+    pairs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = [
+        "--model",
+        model,
+        "--init-from-lm",
+        "--train",
+        str(pairs),
+        "--output",
+        str(tmp_path / "rm"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, *args, "--device", "cpu", "--max-length", "64"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"train_reward_model: Reward model '{model}' is a 'qwen2_5_vl' vision-language model")
+    ), proc.stderr

@@ -261,6 +261,39 @@ def turn_end_token_id(tokenizer: Any, template_kwargs: dict[str, Any] | None = N
     return None
 
 
+def turn_end_stop(
+    tokenizer: Any,
+    model_path: str,
+    template_kwargs: dict[str, Any] | None = None,
+    stops: set[int] | None = None,
+    warn: bool = True,
+) -> int | None:
+    """The chat template's end-of-turn token where it is none of the model's stop tokens (`stops`, else
+    `eos_token_ids`), else None. A base model's ChatML has EOS `<|endoftext|>` and closes turns with `<|im_end|>`: the
+    rollout, the server and the LLM judge all stop there too, or the model went on writing the next turns itself
+    (which the trainer trained on and the reward read, and which ran a served reply or a verdict to its budget).
+    `warn`: say so once, naming the token."""
+    closing = turn_end_token_id(tokenizer, template_kwargs)
+    if closing is None:
+        return None
+    if stops is None:
+        try:
+            stops = eos_token_ids(tokenizer, model_path)
+        except ValueError:  # no EOS anywhere: the closing token is the only stop there is
+            stops = set()
+    if closing in stops:
+        return None
+    if warn:
+        logger.warning(
+            "The chat template of %s closes a turn with %r, which is not among the model's stop tokens (%s): "
+            "generation stops there too, as at the end of a turn.",
+            model_path,
+            tokenizer.convert_ids_to_tokens(closing),
+            ", ".join(map(str, tokenizer.convert_ids_to_tokens(sorted(stops)))) or "none",
+        )
+    return closing
+
+
 def get_processor(
     path: str,
     trust_remote_code: bool = False,

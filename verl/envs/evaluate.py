@@ -51,6 +51,8 @@ from verl.utils import stall_report
 
 
 IMAGE_MARKER = "<image>"
+MIN_PIXELS, MAX_PIXELS = 262144, 4194304
+"""--min-pixels / --max-pixels defaults: data.min_pixels / data.max_pixels's (verl.trainer.config.DataConfig)."""
 
 
 def prompt_message(prompt: str, images: list[Any]) -> dict[str, Any]:
@@ -132,6 +134,8 @@ class EpisodeSetup:
     """Longest one environment step may take (--env-step-timeout, as worker.rollout.env_step_timeout_s); <= 0: no
     limit."""
     response_length: int | None = None
+    pixels: tuple[int | None, int | None] = (None, None)
+    """(--min-pixels, --max-pixels): the environment's images are resized into it, as training resizes them."""
     """--response-length: the tokens after the prompt, all turns together (ResponseBudget); None: --max-tokens a turn
     and --max-turns alone bound an episode."""
 
@@ -164,6 +168,31 @@ def _tool_messages(messages: list[Any]) -> int:
 
 def _new_counts() -> dict[str, Any]:
     return {"turns": 0, "tool_calls": 0, "tool_errors": 0, "cut_tool_messages": 0, "truncated": False, "done": False}
+
+
+def _resized_images(
+    messages: list[dict[str, Any]], min_pixels: int | None, max_pixels: int | None
+) -> list[dict[str, Any]]:
+    """`messages` with each image part's PIL image resized into the pixel budget (verl.data.multimodal.resize_image,
+    as training's rollout resizes an environment's images: multi_turn.with_opened_images)."""
+    from PIL import Image
+
+    from verl.data.multimodal import resize_image
+
+    if min_pixels is None and max_pixels is None:
+        return messages
+
+    def part_of(part: Any) -> Any:
+        if isinstance(part, dict) and part.get("type") == "image" and isinstance(part.get("image"), Image.Image):
+            return {**part, "image": resize_image(part["image"], min_pixels, max_pixels)}
+        return part
+
+    return [
+        {**message, "content": [part_of(part) for part in message["content"]]}
+        if isinstance(message.get("content"), list)
+        else message
+        for message in messages
+    ]
 
 
 def _images_of(messages: list[dict[str, Any]]) -> list[Any]:
@@ -434,13 +463,14 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         )
         counts["tool_calls"] += step.tool_calls
         counts["tool_errors"] += step.tool_errors
+        shown = _resized_images(step.messages, *setup.pixels)  # as training's rollout resizes them
         if step.done or turn == setup.max_turns - 1:
-            transcript += transcript_messages(step.messages, len(images), cut=True)
-            counts["cut_tool_messages"] += _tool_messages(step.messages)
+            transcript += transcript_messages(shown, len(images), cut=True)
+            counts["cut_tool_messages"] += _tool_messages(shown)
             counts["done"] = bool(step.done)
             break
-        messages.extend(answered(messages[-1], step.messages))
-        pending = step.messages
+        messages.extend(answered(messages[-1], shown))
+        pending = shown
     info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
     return EpisodeResult(counts, info, transcript, images, tokens, text)
 
@@ -691,6 +721,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--image-key", default="images", help="a row's list of images (paths), for a VL model")
     add("--image-dir", help="where relative image paths are (default: --data's folder)")
+    add(
+        "--video-key",
+        default="videos",
+        help="a row's videos (data.video_key): evaluate sends images only, so a row with videos is refused rather "
+        "than asked without them",
+    )
+    add(
+        "--min-pixels",
+        type=int,
+        default=MIN_PIXELS,
+        help="images (the rows' and the environment's) smaller than this area are upscaled before they are sent, as "
+        "training does (data.min_pixels; default: %(default)s, its default): give the training run's value",
+    )
+    add(
+        "--max-pixels",
+        type=int,
+        default=MAX_PIXELS,
+        help="images larger than this area are downscaled before they are sent (data.max_pixels; default: "
+        "%(default)s)",
+    )
     add("--base-url", default="http://127.0.0.1:8000/v1", help="the endpoint (default: %(default)s)")
     add("--model", help="model id (default: the endpoint's first)")
     add(
@@ -754,9 +804,13 @@ def main(argv: list[str] | None = None) -> int:
             (args.max_tokens, "--max-tokens"),
             (args.response_length, "--response-length"),
             (args.limit, "--limit"),
+            (args.min_pixels, "--min-pixels"),
+            (args.max_pixels, "--max-pixels"),
         ):
             if value is not None and value < 1:
                 raise ValueError(f"{option} must be at least 1, got {value}.")
+        if args.min_pixels > args.max_pixels:
+            raise ValueError(f"--min-pixels {args.min_pixels} is above --max-pixels {args.max_pixels}.")
         if not args.timeout > 0 or args.max_retries < 0:
             raise ValueError(
                 f"--timeout must be positive and --max-retries at least 0, got {args.timeout} and {args.max_retries}."
@@ -814,6 +868,18 @@ def main(argv: list[str] | None = None) -> int:
             sampling["max_tokens"] = args.max_tokens or 256
         if template_kwargs:  # the OpenAI client sends extra_body's fields in the request (vLLM's servers read them)
             sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
+        if set_by_model := _generation_config_sampling(tokenizer):  # the endpoint's defaults, which training ignores
+            sampling.update({key: TRAINING_SAMPLING[key] for key in set_by_model if key in OPENAI_SAMPLING_FIELDS})
+            vllm_fields = {key: TRAINING_SAMPLING[key] for key in set_by_model if key not in OPENAI_SAMPLING_FIELDS}
+            if vllm_fields:
+                sampling["extra_body"] = {**sampling.get("extra_body", {}), **vllm_fields}
+            print(
+                f"evaluate: note: {tokenizer}/generation_config.json sets "
+                f"{', '.join(f'{key}={value}' for key, value in set_by_model.items())}, which verl.serve and vLLM apply "
+                "as a request's defaults and training's rollout does not; each request sends training's value instead "
+                f"({', '.join(f'{key}={TRAINING_SAMPLING[key]}' for key in set_by_model)}).",
+                file=sys.stderr,
+            )
         data = os.path.abspath(os.path.expanduser(args.data))
         image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
         try:
@@ -835,7 +901,14 @@ def main(argv: list[str] | None = None) -> int:
         for index, row in enumerate(rows):
             context, prompt = prompts[index]
             try:  # a missing image, or markers that do not match the images
-                images = _row_images(row.get(args.image_key), image_dir, index)
+                videos = row.get(args.video_key)  # training shows them; they were left out, the prompt sent alone
+                if videos is not None and (not hasattr(videos, "__len__") or len(videos) > 0):
+                    raise ValueError(
+                        f"row {index}: it has videos (--video-key {args.video_key}), which evaluate does not send "
+                        "(images only): the endpoint would be asked without them and the reply scored as if it had "
+                        "seen them. Leave such rows out of --data."
+                    )
+                images = _row_images(row.get(args.image_key), image_dir, index, args.min_pixels, args.max_pixels)
                 firsts.append((images, [*context, prompt_message(prompt, images)]))
             except ValueError as error:
                 where = "" if str(error).startswith(f"row {index}:") else f"row {index}: "
@@ -860,6 +933,7 @@ def main(argv: list[str] | None = None) -> int:
                 tools=tools,
                 env_step_timeout_s=args.env_step_timeout,
                 response_length=args.response_length,
+                pixels=(args.min_pixels, args.max_pixels),
             )
             try:
                 result = run(env, setup, client)
@@ -1079,10 +1153,43 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
     return value
 
 
-def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
-    """A row's images, decoded as RGB (a path, a base64 data URL, bytes or {"bytes"/"path"} dict each), or [] without
-    any."""
-    from verl.data.multimodal import open_image, resolve_path, to_rgb
+TRAINING_SAMPLING: dict[str, float] = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+"""The sampling fields a model's generation_config.json may set as an OpenAI endpoint's defaults (vLLM's
+`get_diff_sampling_param`, which verl.serve uses; temperature and max_tokens are sent with every request anyway), at
+the values the trainer's rollout samples with whatever that file says (worker.rollout.top_p / top_k's defaults; no
+min_p or repetition penalty)."""
+OPENAI_SAMPLING_FIELDS = frozenset({"top_p"})
+"""Of TRAINING_SAMPLING, the request fields of OpenAI's own API; the others go in extra_body (vLLM's)."""
+
+
+def _generation_config_sampling(model_folder: str | None) -> dict[str, Any]:
+    """The TRAINING_SAMPLING fields that `model_folder`'s generation_config.json sets to other values (Qwen2.5's and
+    Qwen3's instruct models: top_p, top_k and repetition_penalty), by name; {} without a local folder or file."""
+    path = os.path.join(model_folder, "generation_config.json") if model_folder else None
+    if path is None or not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    return {
+        key: config[key]
+        for key, value in TRAINING_SAMPLING.items()
+        if isinstance(config.get(key), (int, float))
+        and config[key] != value
+        and not (key == "top_k" and config[key] == 0)
+    }
+
+
+def _row_images(
+    value: Any, image_dir: str, index: int, min_pixels: int | None = None, max_pixels: int | None = None
+) -> list[Any]:
+    """A row's images, decoded as RGB (a path, a base64 data URL, bytes or {"bytes"/"path"} dict each) and resized
+    into [min_pixels, max_pixels] as training's dataset resizes them (data.min/max_pixels), or [] without any."""
+    from verl.data.multimodal import open_image, resize_image, resolve_path
 
     if value is None:
         return []
@@ -1090,7 +1197,7 @@ def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     images = []
     for position, item in enumerate(values):
         try:
-            images.append(to_rgb(open_image(item, image_dir)))
+            images.append(resize_image(open_image(item, image_dir), min_pixels, max_pixels))
         except FileNotFoundError:
             missing = f"image file {resolve_path(item, image_dir)!r} does not exist (--image-dir)"
             if isinstance(item, str) and os.path.isfile(item):  # training reads it there without data.image_dir

@@ -369,8 +369,21 @@ class JudgeActor:
         self.llm = vllm_compat.start_engine(sizes, **build_engine_kwargs(config, self.on_gpu))
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
         self.sampling_params = SamplingParams(
-            n=1, temperature=config.temperature, max_tokens=config.max_tokens, detokenize=True
+            n=1,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            detokenize=True,
+            stop_token_ids=self._turn_end_stop(),
         )
+
+    def _turn_end_stop(self) -> list[int] | None:
+        """[`turn_end_stop`] for a judge model whose chat template's end of turn is no stop token (a base model's
+        ChatML): without it the judge went on past its verdict, writing the next turns, to max_tokens, and every
+        answer was cut and counted as a parse error."""
+        from verl.data.tokenizer import turn_end_stop
+
+        closing = turn_end_stop(self.tokenizer, self.config.model_path, self.template_kwargs)
+        return None if closing is None else [closing]
 
     def answers(
         self, prompts: list[str], responses: list[str], ground_truths: list[Any]

@@ -300,9 +300,25 @@ DTYPES = {"auto": "auto", **DTYPE_NAMES}
 """verl.serve's --dtype values (the trainer's spellings and vLLM's) and vLLM's names of them."""
 
 
+def tool_as_sent(tool: Any) -> dict[str, Any]:
+    """A request's tool as the chat template gets it: vLLM's dump (as its server renders it) plus the function's fields
+    that vLLM's FunctionDefinition does not declare and its dump drops, such as the `return` schema that transformers'
+    get_json_schema writes. A ToolEnv's tools carry it and training renders it into every prompt; dropped here, the
+    served model was asked with other prompts than it was trained on."""
+    dumped = tool.model_dump()
+    extra = getattr(tool.function, "model_extra", None)
+    if extra:
+        dumped["function"] = {**dumped["function"], **extra}
+    return dumped
+
+
 class ChatEngine:
     """A vLLM engine answering chat completion requests, all it holds in one batch. Requests are rendered as
     `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
+
+    model_path: str | None = None
+    """The served model (folder or id) whose generation config and chat template `turn_end_ids` reads; None: no stop
+    token is added."""
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
         from verl.utils import device
@@ -336,6 +352,9 @@ class ChatEngine:
         self.defaults = self.llm.llm_engine.model_config.get_diff_sampling_param()
         """The model's generation-config sampling defaults, under what a request sets (as vLLM's server)."""
         self.loop = EngineLoop(self.llm)
+        self.model_path = model
+        self._turn_end_ids: dict[str, list[int]] = {}
+        """`turn_end_ids` by a request's chat_template_kwargs (as JSON)."""
         self.tool_format: ToolCallFormat | None = None
         """The format the model's chat template writes tool calls in (verl.envs.tools.tool_call_format); None: none
         is read, and `tool_error` says why (requests with tools are then refused)."""
@@ -344,6 +363,23 @@ class ChatEngine:
             self.tool_format = tool_call_format(self.llm.get_tokenizer(), None, episodes=False)
         except NotImplementedError as error:
             self.tool_error = str(error)
+        self.turn_end_ids(None)  # said once at start where the template's end of turn is no stop token
+
+    def turn_end_ids(self, template_kwargs: dict[str, Any] | None) -> list[int]:
+        """[the chat template's end-of-turn token] where it is no stop token of the model (a base model's ChatML), as
+        the trainer's rollout stops there too: a model trained from such a base ends its answers there, and served
+        without that stop it went on writing the next turns. [] where the model stops there anyway."""
+        if self.model_path is None:  # a stand-in engine of the tests, without a model
+            return []
+        key = json.dumps(template_kwargs or {}, sort_keys=True, default=str)
+        if key not in self._turn_end_ids:
+            from verl.data.tokenizer import turn_end_stop
+
+            closing = turn_end_stop(
+                self.llm.get_tokenizer(), self.model_path, template_kwargs, warn=not self._turn_end_ids
+            )
+            self._turn_end_ids[key] = [] if closing is None else [closing]
+        return self._turn_end_ids[key]
 
     def close(self) -> None:
         """Stop the engine (on a GPU vLLM runs its engine core in a child process that would outlive us)."""
@@ -358,7 +394,7 @@ class ChatEngine:
 
         from verl.workers.rollout import vllm_compat
 
-        tool_dicts = [tool.model_dump() for tool in request.tools] if request.tools else None  # as vLLM's server
+        tool_dicts = [tool_as_sent(tool) for tool in request.tools] if request.tools else None
         tools = None  # the format the reply's calls are read in (they become `tool_calls`)
         if tool_dicts and request.tool_choice != "none":
             if self.tool_format is None:
@@ -379,7 +415,11 @@ class ChatEngine:
         if wanted is not None and wanted < 1:
             raise RequestError(f"'{key}' must be at least 1, got {wanted}.")
         wanted = context_budget(wanted, room, self.max_model_len, self.defaults, key)
-        params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
+        if turn_end := self.turn_end_ids(request.chat_template_kwargs):  # where training's rollout stops too
+            stop_ids = sorted({*(request.stop_token_ids or []), *turn_end})
+            params = request.model_copy(update={"stop_token_ids": stop_ids}).to_sampling_params(wanted, self.defaults)
+        else:
+            params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
         forced = forced_tool_calls(request)
         if forced is None and tools is not None:
             _warn_unheld(request)

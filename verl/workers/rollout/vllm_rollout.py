@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from verl.data.dataset import RESPONSE_BUDGET_COLUMN
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
-from verl.data.tokenizer import eos_token_ids, turn_end_token_id
+from verl.data.tokenizer import eos_token_ids, turn_end_stop
 from verl.envs import load_environment
 from verl.envs.base import call_env, checked_info
 from verl.envs.client_env import ChatClientEnv
@@ -357,20 +357,15 @@ class VLLMRollout:
         self.call_loop.lora_request = request
 
     def _turn_end_stop(self, model_path: str) -> list[int]:
-        """The chat template's end-of-turn token where it is no stop token of the model (a base model's ChatML: its
-        EOS is `<|endoftext|>`, its template closes a turn with `<|im_end|>`): generation stops there too, or the
-        model went on writing the next turns itself, and trained on them, and its reward read them."""
-        closing = turn_end_token_id(self.tokenizer, self.config.chat_template_kwargs)
-        if closing is None or closing in self.eos_token_ids or self.config.ignore_eos:  # (runs to the budget)
+        """`turn_end_stop`: the chat template's end-of-turn token where it is no stop token of the model; generation
+        stops there too (ignore_eos: runs to the budget)."""
+        if self.config.ignore_eos:
             return []
-        if self.rank == 0:
-            logger.warning(
-                "The chat template of %s closes a turn with %r, which is not among the model's stop tokens (%s): "
-                "generation stops there too (as at the end of a turn).",
-                model_path,
-                self.tokenizer.convert_ids_to_tokens(closing),
-                ", ".join(map(str, self.tokenizer.convert_ids_to_tokens(sorted(self.eos_token_ids)))),
-            )
+        closing = turn_end_stop(
+            self.tokenizer, model_path, self.config.chat_template_kwargs, self.eos_token_ids, warn=self.rank == 0
+        )
+        if closing is None:
+            return []
         self.eos_token_ids = {*self.eos_token_ids, closing}
         return [closing]
 
