@@ -307,3 +307,15 @@ def test_a_row_with_videos_is_refused_before_any_request(tmp_path):
     data.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "videos": []}) + "\n")
     with pytest.raises(SystemExit, match="row 0: the endpoint --base-url .* failed: Connection error"):
         main(["--data", str(data), "--model", "m", "--base-url", nobody, "--max-retries", "0"])
+
+
+def test_the_pixel_and_sampling_defaults_are_trainings():
+    """evaluate's --min-pixels / --max-pixels defaults and the sampling it sends in place of a model's generation
+    config are the trainer's defaults (data.min_pixels / max_pixels, worker.rollout.top_p / top_k): a change there
+    must reach evaluate, or the served model is asked otherwise than training asked it."""
+    from verl.envs.evaluate import MAX_PIXELS, MIN_PIXELS, TRAINING_SAMPLING
+    from verl.trainer.config import DataConfig
+    from verl.workers.rollout.config import RolloutConfig
+
+    assert (MIN_PIXELS, MAX_PIXELS) == (DataConfig.min_pixels, DataConfig.max_pixels)
+    assert (TRAINING_SAMPLING["top_p"], TRAINING_SAMPLING["top_k"]) == (RolloutConfig.top_p, RolloutConfig.top_k)

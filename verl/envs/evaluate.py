@@ -48,6 +48,7 @@ from verl.envs.loader import load_environment
 from verl.envs.tools import tool_call
 from verl.rewards.function import REASONING_OPENING, RewardFunctionError, opens_reasoning
 from verl.utils import stall_report
+from verl.workers.rollout.config import RolloutConfig
 
 
 IMAGE_MARKER = "<image>"
@@ -1153,7 +1154,12 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
     return value
 
 
-TRAINING_SAMPLING: dict[str, float] = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+TRAINING_SAMPLING: dict[str, float] = {
+    "top_p": RolloutConfig.top_p,
+    "top_k": RolloutConfig.top_k,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+}
 """The sampling fields a model's generation_config.json may set as an OpenAI endpoint's defaults (vLLM's
 `get_diff_sampling_param`, which verl.serve uses; temperature and max_tokens are sent with every request anyway), at
 the values the trainer's rollout samples with whatever that file says (worker.rollout.top_p / top_k's defaults; no
