@@ -120,6 +120,40 @@ QWEN_INSTRUCT_SAMPLING = {"do_sample": True, "repetition_penalty": 1.05, "temper
 """Qwen2.5-7B-Instruct's generation_config.json sampling fields."""
 
 
+def validated_and_served(ws, tmp_path, model, val_file, rows: int) -> tuple[dict, dict, list]:
+    """`model`'s greedy validation on `val_file` in a validation-only trainer run (trainer.val_only=true: the
+    validation a training run does, without its steps), and its greedy replies to the same rows through `python -m
+    verl.serve` of its folder and `python -m verl.envs.evaluate`: ({question: reply} of each, evaluate's episodes)."""
+    run = tmp_path / "run"
+    args = text_args(
+        ws,
+        f"val_only_{model.name}",
+        f"worker.actor.model.model_path={model}",
+        f"data.val_files={val_file}",
+        "data.max_response_length=16",
+        "worker.rollout.val_override_config={temperature: 0, n: 1}",
+        "trainer.val_only=true",
+        f"trainer.val_generations_to_log={rows}",
+        f"trainer.save_checkpoint_path={run}",
+    )
+    run_ppo(load_config(args))
+    validation = {
+        question(line["prompt"]): line["response"]
+        for line in map(json.loads, (run / "val_only_generations.jsonl").read_text().splitlines())
+    }
+    temp_dir = str(tmp_path / "serve_tmp")
+    proc, url, children = start_server(str(model), str(model), temp_dir)  # served by its folder, as the README's
+    try:
+        out = tmp_path / "episodes.jsonl"
+        options = ("--temperature", "0", "--max-turns", "1", "--max-tokens", "16", "--output", str(out))
+        rows_sent = [json.loads(line) for line in open(val_file).read().splitlines()]
+        episodes, _ = evaluate(url, "", (), tmp_path, rows_sent, options)
+        served = {question(r["prompt"]): r["response"] for r in map(json.loads, out.read_text().splitlines())}
+    finally:
+        stop_server(proc, children, temp_dir)
+    return validation, served, episodes
+
+
 def question(text: str) -> str:
     return re.search(r"What is \d+ \+ \d+\?", text).group(0)
 
@@ -143,33 +177,8 @@ def test_evaluate_through_the_server_reproduces_the_runs_greedy_validation(works
     generation = json.loads((model / "generation_config.json").read_text())
     (model / "generation_config.json").write_text(json.dumps({**generation, **QWEN_INSTRUCT_SAMPLING}))
     rows = [json.loads(line) for line in (root / "train.jsonl").read_text().splitlines()]  # 32 prompts
-    run = tmp_path / "run"
-    args = text_args(
-        workspace,
-        "val_only_instruct",
-        f"worker.actor.model.model_path={model}",
-        f"data.val_files={root / 'train.jsonl'}",
-        "data.max_response_length=16",
-        "worker.rollout.val_override_config={temperature: 0, n: 1}",
-        "trainer.val_only=true",
-        f"trainer.val_generations_to_log={len(rows)}",
-        f"trainer.save_checkpoint_path={run}",
-    )
-    run_ppo(load_config(args))
-    validation = {
-        question(line["prompt"]): line["response"]
-        for line in map(json.loads, (run / "val_only_generations.jsonl").read_text().splitlines())
-    }
+    validation, served, _ = validated_and_served(workspace, tmp_path, model, root / "train.jsonl", len(rows))
     assert len(validation) == len(rows)
-    temp_dir = str(tmp_path / "serve_tmp")
-    proc, url, children = start_server(str(model), str(model), temp_dir)  # served by its folder, as the README's
-    try:
-        out = tmp_path / "episodes.jsonl"
-        options = ("--temperature", "0", "--max-turns", "1", "--max-tokens", "16", "--output", str(out))
-        evaluate(url, "", (), tmp_path, rows, options)
-        served = {question(r["prompt"]): r["response"] for r in map(json.loads, out.read_text().splitlines())}
-    finally:
-        stop_server(proc, children, temp_dir)
     # a reply that ends inside a character: the trainer decodes its bytes as U+FFFD, the server holds them back
     differ = {q: (validation[q], served[q]) for q in validation if validation[q].rstrip("\ufffd") != served[q]}
     assert differ == {}
@@ -238,42 +247,10 @@ def test_a_served_model_stops_where_its_training_stopped(workspace, chatml_base_
         for row in map(json.loads, (sft / "train.jsonl").read_text().splitlines()[:16])
     ]
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    run = tmp_path / "run"
-    args = text_args(
-        workspace,
-        "val_only_base",
-        f"worker.actor.model.model_path={model}",
-        f"data.val_files={tmp_path / 'prompts.jsonl'}",
-        "data.max_response_length=16",
-        "worker.rollout.val_override_config={temperature: 0, n: 1}",
-        "trainer.val_only=true",
-        f"trainer.val_generations_to_log={len(rows)}",
-        f"trainer.save_checkpoint_path={run}",
+    validation, served, episodes = validated_and_served(
+        workspace, tmp_path, model, tmp_path / "prompts.jsonl", len(rows)
     )
-    run_ppo(load_config(args))
-    validation = {
-        question(line["prompt"]): line["response"]
-        for line in map(json.loads, (run / "val_only_generations.jsonl").read_text().splitlines())
-    }
     assert len(validation) == len(set(validation)) == len(rows)
-    temp_dir = str(tmp_path / "serve_tmp")
-    proc, url, children = start_server(str(model), str(model), temp_dir)
-    try:
-        out = tmp_path / "episodes.jsonl"
-        options = (
-            "--temperature",
-            "0",
-            "--max-turns",
-            "1",
-            "--max-tokens",
-            "16",
-            "--output",
-            str(out),
-        )
-        episodes, _ = evaluate(url, "", (), tmp_path, rows, options)
-        served = {question(r["prompt"]): r["response"] for r in map(json.loads, out.read_text().splitlines())}
-    finally:
-        stop_server(proc, children, temp_dir)
     assert not all(episode["truncated"] for episode in episodes)  # replies that ended, as the run's did
     differ = {q: (validation[q], served[q]) for q in validation if validation[q].rstrip("\ufffd") != served[q]}
     assert differ == {}

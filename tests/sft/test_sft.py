@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 from processes import start_run_in_a_group
-from sft_testing import data_config
 
 from tests.model_folders import config_only_model
 from tests.repo_files import export_checkpoint
+from tests.sft.sft_testing import data_config
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.utils.config import ConfigError
