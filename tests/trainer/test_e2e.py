@@ -1095,22 +1095,25 @@ def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace,
     assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "1"  # step 1's batch drawn, step 2's again on resume
 
 
-@pytest.mark.parametrize("failing", ["estimator", "online_filtering"])
+@pytest.mark.parametrize("failing", ["estimator", "online_filtering", "estimator_weights_only"])
 def test_a_step_that_fails_before_its_update_saves_the_last_one(workspace, capsys, failing):
     """Step 2 fails on the driver before any update: the user's advantage estimator raises, or online filtering
     cannot fill the step within trainer.max_try_make_batch rounds (every group scored alike). Step 1 is saved first,
-    as for a failing reward function; both lost every step with trainer.save_freq=-1."""
+    as for a failing reward function; both lost every step with trainer.save_freq=-1. With trainer.save_model_only the
+    save is weights only, which no run resumes from: the log said "a resume runs step 2 again" all the same."""
     from verl.trainer.main import main
 
     root = workspace["root"]
-    if failing == "estimator":
-        estimator = root / "failing_estimator.py"
+    if failing.startswith("estimator"):
+        estimator = root / f"failing_{failing}.py"  # a file each: a loaded module's `calls` outlives its case
         estimator.write_text(
             "calls = []\n\n\ndef estimator(token_level_rewards, response_mask, index):\n    calls.append(1)\n"
             "    assert len(calls) == 1, 'a degenerate batch'\n"
             "    zeros = token_level_rewards * 0\n    return zeros, zeros\n"
         )
         extra = (f"algorithm.adv_estimator={estimator}:estimator",)
+        if failing == "estimator_weights_only":
+            extra += ("trainer.save_model_only=true",)
         expected = "AssertionError: a degenerate batch"
     else:
         reward = root / "flat_after_one_step.py"
@@ -1130,8 +1133,13 @@ def test_a_step_that_fails_before_its_update_saves_the_last_one(workspace, capsy
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err, err
     saved = root / name / "global_step_1"
-    assert f"The latest checkpoint is {saved}: running the same command again resumes from it." in err, err
     assert "Step 2 stopped in the user's code (the error follows); step 1, which the workers hold, is saved" in err
+    if failing == "estimator_weights_only":
+        assert "its weights only (trainer.save_model_only=true), which a run cannot resume from" in err, err
+        assert "a resume runs step 2 again" not in err and "resumes from it" not in err, err
+    else:
+        assert f"The latest checkpoint is {saved}: running the same command again resumes from it." in err, err
+        assert "a resume runs step 2 again" in err
 
 
 def test_a_reward_actor_that_cannot_start_stops_the_run_before_any_step(workspace, capsys):

@@ -719,13 +719,18 @@ class RayPPOTrainer:
             return
         finally:
             self._loader_state_to_save = None
+        then = (  # weights only: nothing to resume from, only a model to export
+            "its weights only (trainer.save_model_only=true), which a run cannot resume from"
+            if self.config.trainer.save_model_only
+            else f"a resume runs step {done + 1} again"
+        )
         logger.error(
             "Step %d stopped in the user's code (the error follows); step %d, which the workers hold, is saved to %s "
-            "first: a resume runs step %d again.",
+            "first: %s.",
             done + 1,
             done,
             step_dir(self.config.trainer.save_checkpoint_path, done),
-            done + 1,
+            then,
         )
 
     def _fit_step(

@@ -308,15 +308,15 @@ class FSDPWorker(Worker):
         step's, and for the actor the step's memory figures (`memory_metrics`)."""
         if self.has_critic:
             role, sp_group, lr_scheduler = "critic", self.critic_sp_group, self.critic_lr_scheduler
-            passes = self.critic.passes
         else:
             role, sp_group, lr_scheduler = "actor", self.sp_group, self.actor_lr_scheduler
-            passes = self.actor.passes
         process_multi_modal_inputs(data, self.processor, self.media_inputs)
-        # each of the group's mini-batches: the same slice of every rank's rows, as the ranks' own without the group
-        own_per_mini_batch = passes.mini_batch_size // passes.sp_size
-        slices = len(data) // own_per_mini_batch if own_per_mini_batch and len(data) % own_per_mini_batch == 0 else 1
-        data = gather_rows(data, sp_group, slices)
+        if (
+            sp_group is not None
+        ):  # each of the group's mini-batches: the same slice of every rank's rows, as without it
+            passes = (self.critic if self.has_critic else self.actor).passes
+            own = passes.mini_batch_size // passes.sp_size
+            data = gather_rows(data, sp_group, len(data) // own if own and len(data) % own == 0 else 1)
         # dropout masks from (rollout.seed, rank, step): the ranks draw other ones, and a resumed run the same ones
         step_rng = device_utils.seeded_rng(self.config.rollout.seed, dist.get_rank(), lr_scheduler.last_epoch)
         with self._trained_resident(), training_step(request.global_step), step_rng:  # the step: in a user's errors
