@@ -1161,7 +1161,7 @@ def test_weight_sync_direct_is_refused_where_it_is_not_built(files, monkeypatch)
         load_config([*cuda, "worker.rollout.tensor_parallel_size=1", *lora])
 
 
-def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
+def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files, caplog):
     import json
 
     (files / "model").mkdir(exist_ok=True)
@@ -1178,8 +1178,15 @@ def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
         load_config([*base_args(files), "worker.actor.ulysses_size=2", "worker.actor.padding_free=false"])
     with pytest.raises(ConfigError, match=r"set worker.actor.model.attn_implementation=auto \(it is 'sdpa'\)\.$"):
         load_config([*base_args(files), "worker.actor.ulysses_size=2", "worker.actor.model.attn_implementation=sdpa"])
+    gae = ["algorithm.adv_estimator=gae", f"worker.critic.model.model_path={files / 'model'}"]
     with pytest.raises(ConfigError, match=r"worker.critic.ulysses_size=4 must divide the 2 devices"):
-        load_config([*base_args(files), "worker.critic.ulysses_size=4"])
+        load_config([*base_args(files), *gae, "worker.critic.ulysses_size=4"])
+    with pytest.raises(ConfigError, match=r"worker.critic.ulysses_size=2 splits packed rows: set worker.critic.padd"):
+        load_config([*base_args(files), *gae, "worker.critic.ulysses_size=2"])
+    # GRPO trains no critic: its Ulysses settings (an EasyR1 config sets both roles') are unread, said so, not refused
+    with caplog.at_level(logging.WARNING, logger="verl.utils.config"):
+        load_config([*base_args(files), "worker.critic.ulysses_size=2"])
+    assert "worker.critic.ulysses_size=2 has no effect in this run" in caplog.text
     vl_config = {"model_type": "qwen2_5_vl", "vision_config": {}, "text_config": {"num_attention_heads": 6}}
     (files / "model" / "config.json").write_text(json.dumps(vl_config))
     with pytest.raises(ConfigError, match=r"must divide the model's num_attention_heads=6"):  # the language model's

@@ -956,7 +956,9 @@ def check_cross_section(config: PPOConfig) -> None:
     _check_lora_sync(config)
     _check_weight_sync(config)
     for role, section in (("actor", worker.actor), ("critic", worker.critic)):
-        if section.ulysses_size != 1:
+        # a critic-less estimator's critic settings are unread (warned as such), not refused
+        trained = role == "actor" or _algorithms().estimator_needs_critic(algorithm.adv_estimator)
+        if section.ulysses_size != 1 and trained:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
     actor_model = read_model_config("worker.actor.model.model_path", worker.actor.model.model_path)  # None: hub id
