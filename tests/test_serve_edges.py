@@ -379,7 +379,9 @@ def test_a_media_urls_scheme_is_read_in_any_case(monkeypatch):
 
 
 def completion_engine(steps=()):
-    return SimpleNamespace(name="tiny", max_model_len=32, defaults={}, llm=StandIn(steps), loop=None)
+    engine = chat_engine(steps)
+    engine.max_model_len, engine.loop = 32, None
+    return engine
 
 
 def run_completion(body, steps):
@@ -618,3 +620,18 @@ def test_a_completion_the_engine_failed_is_a_server_error_not_its_partial_text()
         with pytest.raises(RuntimeError, match="The engine failed this request") as error:
             run_completion({"prompt": "ab", "max_tokens": 2, "stream": stream}, steps)
         assert error_body(error.value)[0] == 500
+
+
+def test_media_placeholders_stay_blocked_whatever_a_requests_logit_bias_says():
+    """A vision-language model's server blocks its image placeholder as the rollout does (the request's other
+    biases kept), in chat and plain completions."""
+    engine = chat_engine()
+    engine.media_bias = {9: -100.0}
+    assert sampling(engine, logit_bias={"9": 100, "4": 5}).logit_bias == {9: -100.0, 4: 5.0}
+    assert sampling(engine).logit_bias == {9: -100.0}
+    engine = completion_engine()
+    engine.media_bias = {9: -100.0}
+    completions._submit(
+        engine, *check_completion({"model": "tiny", "prompt": [1, 2], "logit_bias": {"9": 50}}, "tiny")
+    )
+    assert engine.llm.added[-1][2].logit_bias == {9: -100.0}

@@ -294,8 +294,16 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
             for m in (text, with_image)
         ]
         # the image's patch tokens (as the model's processor counts them) plus the vision start and end markers
-        (image_tokens,) = count_image_tokens(get_processor(model), [picture.size])
+        processor = get_processor(model)
+        (image_tokens,) = count_image_tokens(processor, [picture.size])
         assert usage[1].prompt_tokens - usage[0].prompt_tokens == image_tokens + 2
+        # the image placeholder stays blocked, as the rollout blocks it, whatever a request's logit_bias says
+        pad = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+        pushed = client.chat.completions.create(
+            model="tiny-vl", messages=text, max_tokens=3, temperature=0, logit_bias={str(pad): 100}, logprobs=True
+        )
+        tokens = [entry.token for entry in pushed.choices[0].logprobs.content]
+        assert len(tokens) == 3 and processor.image_token not in tokens, tokens
         # An image URL is fetched on its request's thread: while the image's host holds it, other requests are
         # answered (vLLM fetched it on the engine thread, and every stream waited for the download).
         host, asked, held = picture_host(picture)

@@ -294,6 +294,22 @@ def turn_end_stop(
     return closing
 
 
+def media_placeholder_bias(processor: Any, tokenizer: Any) -> dict[int, float] | None:
+    """logit_bias -100 on the processor's image, video and audio placeholder tokens, which a model must not generate:
+    they would break the rope index, and Gemma 4's trainer embeds an `<|audio|>` as padding where the engine does not
+    for a generated one. The rollout and the server both send it, so a served model answers as its rollout did.
+    None: a text model, or a processor without such tokens."""
+    if processor is None or getattr(processor, "image_processor", None) is None:
+        return None
+    bias = {}
+    for name in ("image_token", "video_token", "audio_token"):
+        token = getattr(processor, name, None)
+        token_id = tokenizer.convert_tokens_to_ids(token) if token else None
+        if token_id is not None and token_id != tokenizer.unk_token_id:
+            bias[int(token_id)] = -100.0
+    return bias or None
+
+
 def get_processor(
     path: str,
     trust_remote_code: bool = False,

@@ -317,6 +317,8 @@ class ChatEngine:
     `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
 
     model_path: str | None = None
+    media_bias: dict[int, float] | None = None
+    """logit_bias that keeps a vision-language model from generating its media placeholders (None: a text model)."""
     """The served model (folder or id) whose generation config and chat template `turn_end_ids` reads; None: no stop
     token is added."""
 
@@ -364,6 +366,19 @@ class ChatEngine:
         except NotImplementedError as error:
             self.tool_error = str(error)
         self.turn_end_ids(None)  # said once at start where the template's end of turn is no stop token
+        from verl.data.tokenizer import get_processor, media_placeholder_bias
+
+        self.media_bias = media_placeholder_bias(get_processor(model), self.llm.get_tokenizer())
+
+    def sampling_params(self, request: Any, max_tokens: int, **changes: Any) -> Any:
+        """`request`'s SamplingParams over the model's defaults (as vLLM's server), with `changes` to the request, and
+        the media placeholders blocked whatever its logit_bias says (as the rollout blocks them)."""
+        if changes:
+            request = request.model_copy(update=changes)
+        params = request.to_sampling_params(max_tokens, self.defaults)
+        if self.media_bias:
+            params.logit_bias = {**(params.logit_bias or {}), **self.media_bias}
+        return params
 
     def turn_end_ids(self, template_kwargs: dict[str, Any] | None) -> list[int]:
         """[the chat template's end-of-turn token] where it is no stop token of the model (a base model's ChatML), as
@@ -415,11 +430,10 @@ class ChatEngine:
         if wanted is not None and wanted < 1:
             raise RequestError(f"'{key}' must be at least 1, got {wanted}.")
         wanted = context_budget(wanted, room, self.max_model_len, self.defaults, key)
+        changes = {}
         if turn_end := self.turn_end_ids(request.chat_template_kwargs):  # where training's rollout stops too
-            stop_ids = sorted({*(request.stop_token_ids or []), *turn_end})
-            params = request.model_copy(update={"stop_token_ids": stop_ids}).to_sampling_params(wanted, self.defaults)
-        else:
-            params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
+            changes["stop_token_ids"] = sorted({*(request.stop_token_ids or []), *turn_end})
+        params = self.sampling_params(request, wanted, **changes)
         forced = forced_tool_calls(request)
         if forced is None and tools is not None:
             _warn_unheld(request)

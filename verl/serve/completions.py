@@ -170,7 +170,7 @@ def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[
     added = []
     try:
         for request_id, (prompt_ids, _, _, max_tokens) in zip(ids, rendered):
-            params = request.to_sampling_params(max_tokens, engine.defaults)  # echo with logprobs: prompt_logprobs
+            params = engine.sampling_params(request, max_tokens)  # echo with logprobs: prompt_logprobs
             prompt = render_prompt(engine.llm, {"prompt_token_ids": prompt_ids})  # as LLM.generate renders it
             engine.llm.llm_engine.add_request(request_id, prompt, params)
             added.append(request_id)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from verl.data.dataset import RESPONSE_BUDGET_COLUMN
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
-from verl.data.tokenizer import eos_token_ids, turn_end_stop
+from verl.data.tokenizer import eos_token_ids, media_placeholder_bias, turn_end_stop
 from verl.envs import load_environment
 from verl.envs.base import call_env, checked_info
 from verl.envs.client_env import ChatClientEnv
@@ -383,14 +383,8 @@ class VLLMRollout:
         }
         if self.turn_end_ids:  # a stop token of the template's beside the model's
             kwargs["stop_token_ids"] = list(self.turn_end_ids)
-        if self.multimodal:  # the model must not emit media placeholders (they would break the rope index; Gemma 4's
-            bias = {}  # trainer embeds an <|audio|> as padding, which the engine does not for a generated one)
-            for name in ("image_token", "video_token", "audio_token"):
-                token = getattr(self.processor, name, None)
-                token_id = self.tokenizer.convert_tokens_to_ids(token) if token else None
-                if token_id is not None and token_id != self.tokenizer.unk_token_id:
-                    bias[int(token_id)] = -100.0
-            kwargs["logit_bias"] = bias or None
+        if self.multimodal:  # the model must not emit media placeholders
+            kwargs["logit_bias"] = media_placeholder_bias(self.processor, self.tokenizer)
         return kwargs
 
     def sampling_kwargs(self, request: RolloutRequest) -> dict[str, Any]:
