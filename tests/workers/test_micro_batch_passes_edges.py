@@ -65,3 +65,32 @@ def test_the_skipped_token_share_is_over_every_token_not_a_mean_of_the_mini_batc
 
     metrics = mbp.update(data, loss, [("actor/pg_loss", None)], no_gradient=skip)
     assert metrics["actor/skipped_token_share"] == pytest.approx(6 / 20)
+
+
+def test_token_metrics_cover_the_rows_with_a_gradient_not_the_row_run_to_keep_ranks_in_step():
+    """skip_zero_advantage_rows runs at least one row a mini-batch (every rank runs as many as the most any keeps):
+    such a row has no response tokens in the metrics, so a token mean covers the rows with a gradient alone, whatever
+    the layout (a mini-batch with none reports 0, as over no token elsewhere). The loss's normaliser still counts
+    every row of the mini-batch."""
+    from verl.algorithms.masked_ops import masked_mean
+    from verl.workers.micro_batch_passes import RESPONSE_TOKENS
+
+    mbp, module = passes(max_grad_norm=1e6)  # mini-batches of 4 rows
+    data = rows([4, 4, 4, 4, 2, 2, 2, 2])
+    normalisers = []
+
+    def skip(mini):  # every row of the first mini-batch, rows 6 and 8 of the second
+        return torch.isin(mini.batch["v"], torch.tensor([1.0, 2.0, 3.0, 4.0, 6.0, 8.0]))
+
+    def loss(micro, tokens, seqs):
+        normalisers.append(tokens)
+        value = module.weight.sum() * 0.0
+        per_token = micro.batch["v"][:, None].expand_as(micro.batch["response_mask"])
+        return value, {"actor/pg_loss": value.detach(), "m": masked_mean(per_token, micro.batch["response_mask"])}
+
+    metrics = mbp.update(data, loss, [("actor/pg_loss", None), ("m", RESPONSE_TOKENS)], no_gradient=skip)
+    assert metrics["m"] == pytest.approx((0.0 + 6.0) / 2)  # rows 5 and 7 (the filler row 1 counted before: 1.0)
+    assert normalisers == [16, 8]
+    alone, _ = passes(max_grad_norm=1e6)
+    metrics = alone.update(data[:4], loss, [("actor/pg_loss", None), ("m", RESPONSE_TOKENS)], no_gradient=skip)
+    assert metrics["m"] == 0.0 and metrics["actor/pg_loss"] == 0.0

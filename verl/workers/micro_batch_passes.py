@@ -158,14 +158,20 @@ class MicroBatchPasses:
     ) -> tuple[DataProto, dict[str, float]]:
         """The rows of `mini_batch` the update runs: those with a gradient, topped up with rows without one to the most
         any rank keeps (at least one), so every rank runs the same number of rows (and of FSDP collectives); and the
-        tokens left out and in all, over every rank."""
+        tokens left out and in all, over every rank. The rows run only to keep the ranks in step get no response
+        tokens (their loss is 0 either way), so the token metrics cover the rows with a gradient alone, whatever the
+        data-parallel layout."""
         skip = no_gradient(mini_batch).cpu()
         kept = torch.nonzero(~skip).flatten()
         most = torch.tensor([max(len(kept), 1)], dtype=torch.int64)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.group)
-        rows = torch.cat([kept, torch.nonzero(skip).flatten()[: int(most) - len(kept)]]).sort().values
-        run = mini_batch if len(rows) == len(mini_batch) else mini_batch[rows.numpy()]
+        fill = torch.nonzero(skip).flatten()[: int(most) - len(kept)]
+        rows = torch.cat([kept, fill]).sort().values
+        run = mini_batch if len(rows) == len(mini_batch) and not len(fill) else mini_batch[rows.numpy()]  # a copy
+        if len(fill):
+            filled = torch.isin(rows, fill).to(run.batch["response_mask"].device).unsqueeze(-1)
+            run.batch["response_mask"] = run.batch["response_mask"].masked_fill(filled, 0)
         tokens = mini_batch.batch["attention_mask"].sum().item()
         counts = torch.tensor([tokens - run.batch["attention_mask"].sum().item(), tokens], dtype=torch.float64)
         if dist.is_available() and dist.is_initialized():

@@ -110,10 +110,11 @@ class ActorConfig:
     that scored alike), where nothing else in the loss reads them: every built-in policy loss is the advantage times a
     function of the ratio, so with no KL loss, entropy_coeff=0 (no entropy control), top_entropy_quantile=1 and a
     built-in loss_avg_mode their gradient is exactly 0. They still count in the loss's normaliser, so the gradient is
-    the same (up to summation order); each rank runs as many rows (the most any rank keeps). The actor's token
-    metrics (entropy, clip fractions, ppo_kl) and a MoE's router statistics (moe/*) then cover the rows that
-    trained, actor/entropy_loss (no loss term then) is not logged, and actor/skipped_token_share says how much was
-    left out. false runs every row."""
+    the same (up to summation order); each rank runs as many rows (the most any rank keeps, at least one). The
+    actor's token metrics (entropy, clip fractions, ppo_kl) then cover the rows with a gradient, whatever the
+    data-parallel layout (0 for a mini-batch without any, as a mean over no token elsewhere), a MoE's router statistics (moe/*)
+    the rows that ran; actor/entropy_loss (no loss term then) is not logged, and actor/skipped_token_share says how
+    much was left out. false runs every row."""
     ppo_epochs: int = 1
     """Passes over each rollout batch. With 1 and global_batch_size = data.rollout_batch_size (one on-policy
     mini-batch) the old log-probs are the update forward's own, detached, and their separate forward is skipped,
