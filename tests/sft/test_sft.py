@@ -216,6 +216,27 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
         SFTDataset([row], processor.tokenizer, processor, config, AutoConfig.from_pretrained(models["vl"]))
 
 
+def test_an_image_changed_after_the_check_is_named_with_its_row_when_its_batch_is_built(models, tmp_path) -> None:
+    """The check decodes every image before training; one removed or damaged since (a sync, a cleanup) failed at the
+    step that drew it with PIL's or the file system's error alone, and the run's traceback."""
+    from PIL import Image
+    from transformers import AutoConfig, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(models["vl"])
+    for name in ("a.png", "b.png"):
+        Image.fromarray(np.full((56, 56, 3), 200, dtype=np.uint8)).save(tmp_path / name)
+    row = {"messages": [{"role": "user", "content": "<image>Squares?"}, {"role": "assistant", "content": "3"}]}
+    rows = [{**row, "images": ["a.png"]}, {**row, "images": ["b.png"]}]
+    config = data_config(image_dir=str(tmp_path))
+    dataset = SFTDataset(rows, processor.tokenizer, processor, config, AutoConfig.from_pretrained(models["vl"]))
+    os.remove(tmp_path / "a.png")
+    (tmp_path / "b.png").write_bytes((tmp_path / "b.png").read_bytes()[:60])  # cut short
+    with pytest.raises(SFTDataError, match=r"row 0, key 'images': image 0 cannot be read: image file .*a\.png"):
+        dataset[0]
+    with pytest.raises(SFTDataError, match=r"row 1, key 'images': image 0 cannot be read: 'b\.png'"):
+        dataset[1]
+
+
 @pytest.mark.parametrize(
     ("row", "overrides", "message"),
     [
@@ -409,11 +430,40 @@ def test_a_finished_runs_command_again_has_nothing_to_train_and_stops_before_ray
     (done / "actor" / "huggingface").mkdir(parents=True)
     shutil.copy(os.path.join(models["text"], "config.json"), done / "actor" / "huggingface" / "config.json")
     (done / "trainer_state.json").write_text('{"trainer": "sft", "global_step": 2}')
+    (tmp_path / "run" / "huggingface").mkdir()  # the finished run's export (one it owes: the test below)
     args = sft_args(tmp_path, models["text"], str(tmp_path / "run"), f"trainer.load_checkpoint_path={done}")
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         assert run_sft(load_sft_config([*args, "trainer.max_steps=1"])) == {}
     assert f"Nothing to train: the run resumes from {done}, at step 2, and trains 1 step(s)" in caplog.text
-    assert not (tmp_path / "run" / "huggingface").exists()
+    assert not any((tmp_path / "run" / "huggingface").iterdir())  # not exported again
+
+
+@pytest.mark.slow
+def test_a_finished_run_whose_export_did_not_finish_exports_when_its_command_runs_again(
+    models, tmp_path, local_ray, caplog
+) -> None:
+    """The run is killed while it exports (after its last checkpoint; the export is renamed into place once whole, so
+    none is there): its command again said "Nothing to train" and exported nothing, and the RL run pointed at
+    <save_checkpoint_path>/huggingface found no model. Now it exports the checkpoint's model, without training: the
+    uninterrupted run's export, tensor for tensor."""
+    from safetensors.torch import load_file
+
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
+
+    write_conversations(tmp_path / "train.jsonl", 16, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 2, seed=1)
+    save = tmp_path / "run"
+    args = [*sft_args(tmp_path, models["text"], str(save)), "trainer.max_steps=1"]
+    run_sft(load_sft_config(args))
+    exported = load_file(save / "huggingface" / "model.safetensors")
+    shutil.rmtree(save / "huggingface")  # as a kill -9 during the export leaves the folder
+    with caplog.at_level(logging.WARNING):
+        run_sft(load_sft_config(args))
+    assert "Nothing to train" in caplog.text and f"{save / 'huggingface'} holds no exported model" in caplog.text
+    again = load_file(save / "huggingface" / "model.safetensors")
+    assert again.keys() == exported.keys() and all(torch.equal(again[key], exported[key]) for key in exported)
+    assert sorted(read_steps(save)) == [1]
 
 
 def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_path) -> None:
@@ -542,6 +592,50 @@ def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
     assert f"trainer.load_checkpoint_path={os.path.join(root, 'global_step_2')}." in error, error
     assert saved_steps(root) == [2]  # the partial step 3 is removed
     assert find_last_checkpoint(root) == os.path.join(root, "global_step_2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["step_2", "validation"])
+def test_an_image_removed_during_sft_stops_it_with_one_line_after_saving_the_last_step(
+    models, tmp_path, local_ray, monkeypatch, capsys, caplog, when
+) -> None:
+    """The image every row shows (training and validation) is removed after the checks at the start: before step 2's
+    batch is built, or before the validation after step 2 (the data's third batch). The run stopped with a traceback
+    and no checkpoint (every step lost with trainer.save_freq=-1); now the step the workers hold is saved first and the
+    error names the row and the image, and once the image is back the same command resumes after it. (The removal is
+    made by wrapping the driver's `_collate`, so that it falls between the batches.)"""
+    from PIL import Image
+
+    import verl.sft.main as sft_main
+
+    Image.fromarray(np.full((56, 56, 3), 200, dtype=np.uint8)).save(tmp_path / "a.png")
+    kept = (tmp_path / "a.png").read_bytes()
+    row = {"messages": [{"role": "user", "content": "<image>Squares?"}, {"role": "assistant", "content": "3"}]}
+    for name, count in (("train", 32), ("val", 2)):
+        (tmp_path / f"{name}.jsonl").write_text((json.dumps({**row, "images": ["a.png"]}) + "\n") * count)
+    save = tmp_path / "run"
+    args = sft_args(tmp_path, models["vl"], str(save), f"data.image_dir={tmp_path}", "trainer.max_steps=2")
+    args += ["data.min_pixels=3136", "data.max_pixels=3136", "trainer.export_hf_model=false"]
+    collate, batches = sft_main._collate, []
+
+    def removing_the_image(dataset, indices):
+        batches.append(indices)
+        if len(batches) == (2 if when == "step_2" else 3):
+            os.remove(tmp_path / "a.png")
+        return collate(dataset, indices)
+
+    monkeypatch.setattr(sft_main, "_collate", removing_the_image)
+    assert sft_main.main(args) == 2
+    err = capsys.readouterr().err
+    file = "train" if when == "step_2" else "val"
+    assert "Traceback" not in err and re.match(rf"Error: file '.*{file}\.jsonl', row \d+, key 'images': image 0 ", err)
+    failed, step = ("Step 2", 1) if when == "step_2" else ("The validation after step 2", 2)
+    saved = f"{failed} stopped on its data (the error follows); step {step}, which the workers hold, is saved"
+    assert saved in caplog.text, caplog.text
+    assert (save / f"global_step_{step}" / "trainer_state.json").is_file()
+    (tmp_path / "a.png").write_bytes(kept)
+    assert sft_main.main(args) == 0
+    assert sorted(read_steps(save)) == ([1, 2] if when == "step_2" else [1])  # (no step after the last to train)
 
 
 @pytest.mark.slow

@@ -127,6 +127,30 @@ def test_without_shuffle_a_changed_seed_is_not_warned_about(train_file, tokenize
     assert _draw(resumed, 3) == uninterrupted[1:]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_position_past_the_end_of_data_with_fewer_rows_starts_a_new_pass(
+    train_file, tokenizer, tmp_path, caplog, workers, shuffle
+):
+    """A run resumed on data with fewer rows than its epoch had drawn (the data filtered between the runs): torchdata's
+    sampler raised a bare StopIteration at the first step, after every worker had started, where a changed row count
+    is to be warned about and the run to go on. A new pass starts, said."""
+    saved, _ = create_dataloader(_config(train_file, shuffle=shuffle, dataloader_num_workers=workers), tokenizer, None)
+    batches = iter(saved)
+    next(batches), next(batches)  # 4 of the 6 rows drawn
+    loader_file = str(tmp_path / "dataloader.pt")
+    torch.save(saved.state_dict(), loader_file)
+    smaller = tmp_path / "smaller.jsonl"
+    smaller.write_text("\n".join(json.dumps({"prompt": f"Add {i} and {i}.", "answer": str(i)}) for i in range(3)))
+    config = _config(str(smaller), shuffle=shuffle)
+    resumed, _ = create_dataloader(config, tokenizer, None)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.data_loader"):
+        resume_loader(resumed, loader_file, {"seed": 7, "shuffle": shuffle}, config, "ckpt")
+    new_pass = "ckpt was saved 4 training prompts into its epoch, and the training data has 3 now: the data order"
+    assert f"{new_pass} starts a new pass." in caplog.text
+    assert _draw(resumed, 2) == _draw(create_dataloader(config, tokenizer, None)[0], 2)
+
+
 def test_loader_workers_default_to_none_for_text_and_to_some_for_media():
     text, media = SimpleNamespace(has_media=False), SimpleNamespace(has_media=True)
     assert loader_workers(None, text) == 0

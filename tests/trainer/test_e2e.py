@@ -1095,6 +1095,33 @@ def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace,
     assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "1"  # step 1's batch drawn, step 2's again on resume
 
 
+def test_a_reward_function_failing_in_the_last_steps_validation_saves_that_step(workspace, capsys):
+    """The reward function raises on validation samples only (the validation set has other answers than the
+    training data's); with trainer.val_before_train=false the first validation is the last step's, after its update
+    and before the run's only save (trainer.save_freq=-1): the run stopped with no checkpoint, every step lost. The
+    trained step is saved first, with its data position, and the hint says the same command resumes from it."""
+    import torch
+
+    from verl.trainer.main import main
+
+    reward = workspace["root"] / "validation_raising_reward.py"
+    reward.write_text(
+        "def compute_score(sample):\n"
+        "    if sample['uid'].startswith('val-'):\n"
+        "        raise ValueError('no grader for the validation answers')\n"
+        "    return {'overall': 0.0}\n"
+    )
+    args = (f"worker.reward.reward_function={reward}:compute_score", "trainer.val_before_train=false")
+    assert main(text_args(workspace, "validation_raising_reward", *args)) == 1
+    err = capsys.readouterr().err
+    assert "ValueError: no grader for the validation answers" in err and "Traceback" not in err, err
+    saved = workspace["root"] / "validation_raising_reward" / "global_step_2"
+    assert f"The latest checkpoint is {saved}: running the same command again resumes from it." in err, err
+    assert "The validation after step 2 stopped in the user's code (the error follows); step 2, which the workers" in err
+    position = json.dumps(torch.load(saved / "dataloader.pt", weights_only=True), default=str)
+    assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "2"  # both steps' batches drawn
+
+
 @pytest.mark.parametrize("failing", ["estimator", "online_filtering", "estimator_weights_only"])
 def test_a_step_that_fails_before_its_update_saves_the_last_one(workspace, capsys, failing):
     """Step 2 fails on the driver before any update: the user's advantage estimator raises, or online filtering

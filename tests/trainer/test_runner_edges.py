@@ -81,6 +81,27 @@ def test_a_resume_keeps_as_many_prompts_in_flight_as_the_run_keeps_and_no_more(t
         runner._check_in_flight(config, _in_flight(tmp_path, 6))
 
 
+def test_prompts_in_flight_padded_to_another_prompt_length_are_refused(tmp_path):
+    """The saved prompts are padded to the saved run's data.max_prompt_length: resumed with another, the first step
+    joined them with the loader's and failed in torch.cat ("Sizes of tensors must match"), after every worker had
+    started. Refused, naming the key; mode=sync drops them, so it may change there."""
+    config = PPOConfig()
+    config.trainer.nnodes, config.trainer.n_gpus_per_node = 1, 2
+    config.data.rollout_batch_size, config.data.max_prompt_length = 2, 48
+    config.worker.rollout.mode, config.worker.rollout.max_staleness = "colocated", 1
+    step = tmp_path / "global_step_2"
+    step.mkdir()
+    ids = torch.zeros(4, 64, dtype=torch.long)
+    rows = {"input_ids": ids, "attention_mask": ids, "position_ids": ids}
+    torch.save(DataProto.from_dict(rows, non_tensors={"uid": list("abcd")}), step / IN_FLIGHT_FILE)
+    with pytest.raises(ValueError, match=r"its 4 prompts in flight are padded to data.max_prompt_length=64, and this"):
+        runner._check_in_flight(config, str(step))
+    config.data.max_prompt_length = 64
+    runner._check_in_flight(config, str(step))
+    config.data.max_prompt_length, config.worker.rollout.mode, config.worker.rollout.max_staleness = 48, "sync", 0
+    runner._check_in_flight(config, str(step))
+
+
 def test_a_failed_run_frees_its_checkpoint_folder(tmp_path, monkeypatch):
     def failing(config, signals, record):
         raise RuntimeError("a worker died")

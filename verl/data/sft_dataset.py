@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from jinja2 import TemplateError
 
 from verl.data.multimodal import (
+    IMAGE_ERRORS,
     OUTSIDE_IMAGE_DIR,
     checked_image_sizes,
     content_parts,
@@ -22,6 +23,7 @@ from verl.data.multimodal import (
     load_image,
     path_outside,
     processor_inputs,
+    unreadable_image,
 )
 from verl.data.row_scan import scan_rows, scan_workers
 from verl.data.sources import (
@@ -411,7 +413,7 @@ class SFTDataset(torch.utils.data.Dataset):
             problem = f"the processor refuses the image sizes {sizes} (after resizing to data.max_pixels): {error}"
             raise self._error(index, config.image_key, problem) from None
         if counts is None:  # a processor that cannot count without pixels: run it once on the real images
-            images = self._load_images(conversation)
+            images = self._load_images(index, conversation)
             surplus = len(self._ids(text, images)[0]) - len(self.text_tokenizer.encode(text, add_special_tokens=False))
             return [surplus] + [0] * (len(images) - 1)
         return [count - 1 for count in counts]
@@ -459,11 +461,16 @@ class SFTDataset(torch.utils.data.Dataset):
             messages = [{**m, "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
         return render_chat(self.renderer, messages, generation_prompt, tools, **self.template_kwargs)
 
-    def _load_images(self, conversation: Conversation) -> list[Any]:
-        config = self.config
-        return [
-            load_image(image, config.image_dir, config.min_pixels, config.max_pixels) for image in conversation.images
-        ]
+    def _load_images(self, index: int, conversation: Conversation) -> list[Any]:
+        """Row `index`'s images, decoded; one that cannot be read (changed or removed since the check, when its batch
+        is built) is an SFTDataError naming the row and the image (it was a traceback of PIL's error alone)."""
+        config, images = self.config, []
+        for position, image in enumerate(conversation.images):
+            try:
+                images.append(load_image(image, config.image_dir, config.min_pixels, config.max_pixels))
+            except IMAGE_ERRORS as error:
+                raise self._error(index, config.image_key, unreadable_image(position, image, error)) from None
+        return images
 
     @functools.cached_property
     def _turn_parts(self) -> tuple[str, str] | None:
@@ -531,7 +538,7 @@ class SFTDataset(torch.utils.data.Dataset):
         others follow it, the turn as the whole conversation renders it (`_turn_in_context`)."""
         conversation = self._conversation(index)
         self._text_ids = False
-        images = self._load_images(conversation)
+        images = self._load_images(index, conversation)
         full_text = self._render(conversation.messages, generation_prompt=False, tools=conversation.tools)
         ids, encoded = self._ids(full_text, images)
         return {**self._masked(index, conversation, full_text, ids, images), "encoded": encoded}

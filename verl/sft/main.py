@@ -130,6 +130,7 @@ def run_sft(config: SFTConfig) -> dict[str, float]:
 
 
 def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[str, float]:
+    from verl.data.sft_dataset import SFTDataError
     from verl.models.fsdp import param_dtype
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
@@ -155,7 +156,8 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             check_written_by(resume, "sft")
             check_matches_run(resume, model.model_path, model.lora, "worker.model")
     if nothing_to_train(resume, total_steps, "trainer.max_steps, or trainer.total_epochs over the data"):
-        return {}  # a finished run's command again: it neither trains past max_steps nor exports again
+        if not export_owed(trainer, resume):
+            return {}  # a finished run's command again: it neither trains past max_steps nor exports again
     with as_config_error(ValueError):  # online logging asked for explicitly, and its service cannot be reached
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
     weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]
@@ -226,7 +228,13 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                 if done:
                     break
                 epoch, offset = divmod(step, steps_per_epoch)
-                rows = _collate(train, epoch_batches(epoch)[offset])
+                try:
+                    rows = _collate(train, epoch_batches(epoch)[offset])
+                except SFTDataError:  # a row changed since the check (an image removed): the last step saved first
+                    if step > last_saved:
+                        failed = f"Step {step + 1}", f"a resume runs step {step + 1} again"
+                        save_before_failed_step(group, trainer, step, data_state, ckpt_tracker, *failed)
+                    raise
                 step += 1
                 started = time.perf_counter()
                 metrics = {**group.train_batch(rows)[0], "train/epoch": float(epoch)}
@@ -235,7 +243,12 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                 metrics.update({"timing_s/step": seconds, "perf/throughput": tokens / seconds / group.world_size})
                 is_last = step == total_steps
                 if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
-                    metrics.update(validate(group, val, data.val_batch_size))
+                    try:
+                        metrics.update(validate(group, val, data.val_batch_size))
+                    except SFTDataError:  # the same for a validation row: this step, trained, saved first
+                        failed = f"The validation after step {step}", "a resume goes on after it"
+                        save_before_failed_step(group, trainer, step, data_state, ckpt_tracker, *failed)
+                        raise
                 if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
                     ckpt_tracker = save(
                         group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), not is_last
@@ -257,6 +270,18 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
             tracker.finish(run_status(ended))
         group.shutdown()
         pool.remove()
+
+
+def export_owed(trainer: Any, resume: str) -> bool:
+    """Whether a run with nothing to train (its checkpoint `resume` at the last step) still owes its export:
+    trainer.export_hf_model and no <save_checkpoint_path>/huggingface, as when the run stopped while exporting (a kill,
+    the OOM killer during the full weights' gather, a signal). Its command again said "Nothing to train" and exported
+    nothing, so the RL run given that folder found no model; now it loads the checkpoint and exports it (said)."""
+    path = os.path.join(trainer.save_checkpoint_path, "huggingface")
+    if not trainer.export_hf_model or os.path.isdir(path):
+        return False
+    logger.warning("%s holds no exported model (the run stopped while exporting it?): exporting %s now.", path, resume)
+    return True
 
 
 def export(group: Any, path: str, checkpoint: str, model: Any) -> None:
@@ -301,6 +326,33 @@ def save(
 
     score = None if val_loss is None else -val_loss
     return save_step(trainer.save_checkpoint_path, step, tracker, score, write, trainer.save_limit, more)
+
+
+def save_before_failed_step(
+    group: Any,
+    trainer: Any,
+    step: int,
+    data_state: dict[str, Any],
+    tracker: CheckpointTracker,
+    failed: str,
+    resume: str,
+) -> None:
+    """A batch of step `step + 1`, or of the validation after `step`, could not be built (`failed` names which; a
+    row changed since the check, an image removed): save `step`, which the workers hold, so that a resume goes on from
+    it (`resume` says how); the run stopped with every step since its last save lost (all of them with
+    trainer.save_freq=-1, the default). A save that fails is logged: the row's error is the one to report."""
+    try:
+        save(group, trainer, step, data_state, tracker, None, False)
+    except Exception as save_error:  # (a full disk)
+        logger.error("Step %d could not be saved before stopping: %s", step, save_error)
+        return
+    logger.error(
+        "%s stopped on its data (the error follows); step %d, which the workers hold, is saved to %s first: %s.",
+        failed,
+        step,
+        step_dir(trainer.save_checkpoint_path, step),
+        resume,
+    )
 
 
 USAGE = (

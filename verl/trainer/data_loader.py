@@ -39,6 +39,15 @@ def saved_num_workers(state: dict[str, Any]) -> int:
     return 0 if snapshot is None else len(snapshot["_worker_snapshots"])
 
 
+def epoch_position(state: dict[str, Any]) -> int | None:
+    """The rows a StatefulDataLoader state had drawn of its epoch (torchdata 0.11 layout, with or without workers);
+    None where it does not say."""
+    snapshot = state.get("_snapshot")
+    main = state if snapshot is None else snapshot.get("_main_snapshot") or {}
+    position = (main.get("_sampler_iter_state") or {}).get("samples_yielded")
+    return position if isinstance(position, int) else None
+
+
 def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None:
     """Put `loader` at the saved position; torchdata resumes only with the saved worker count, so that count is kept
     (with a warning) rather than fail or lose the place."""
@@ -64,7 +73,8 @@ def resume_loader(
     """Put the RL train `loader` where checkpoint `path` left it (`loader_file`; `saved` its trainer state, with the
     data.seed and data.shuffle it was saved with). A changed data.shuffle starts a new pass (the saved position is
     another sampler's: torchdata failed on the first batch with a bare AssertionError, or drew the epoch's trained rows
-    again); a changed seed is said to take effect in new runs only (the saved generator goes on)."""
+    again), and so does a position past the end of data that has fewer rows now (torchdata failed on the first batch
+    with a bare StopIteration); a changed seed is said to take effect in new runs only (the saved generator goes on)."""
     if saved.get("shuffle", data.shuffle) != data.shuffle:
         logger.warning(
             "data.shuffle=%s, and %s was saved with %s: the data order starts a new pass (the saved epoch's rows not "
@@ -76,7 +86,18 @@ def resume_loader(
         return
     if not os.path.isfile(loader_file):
         return
-    load_loader_state(loader, torch.load(loader_file, weights_only=True))
+    state = torch.load(loader_file, weights_only=True)
+    position, rows = epoch_position(state), len(loader.dataset)
+    if position is not None and position > rows:  # torchdata's sampler stopped with a bare StopIteration at step 1
+        logger.warning(
+            "%s was saved %d training prompts into its epoch, and the training data has %d now: the data order starts "
+            "a new pass.",
+            path,
+            position,
+            rows,
+        )
+        return
+    load_loader_state(loader, state)
     if data.shuffle and saved.get("seed", data.seed) != data.seed:
         logger.warning(
             "data.seed=%d, and %s was saved with %d: the saved shuffle order goes on (a seed takes effect in a new "

@@ -705,32 +705,56 @@ class RayPPOTrainer:
 
     def _save_before_failed_step(self, loader_state: dict[str, Any], last_saved: int) -> None:
         """Step N failed in the user's code, data or settings before its update: save step N-1 (the weights the
-        workers hold) unless saved, with the data position before step N, so that a resume runs step N again. Without
-        it a run with trainer.save_freq=-1 (the default) lost every step. (The engines' seed counters have moved on:
-        the retried step samples afresh.)"""
+        workers hold) unless saved, with the data position before step N, so that a resume runs step N again. (The
+        engines' seed counters have moved on: the retried step samples afresh.)"""
         done = self.global_step - 1
-        if done <= 0 or last_saved == done:
-            return
-        self.global_step, self._loader_state_to_save = done, loader_state
+        if done > 0 and last_saved != done:
+            self._save_before_error(done, f"Step {done + 1}", f"a resume runs step {done + 1} again", loader_state)
+
+    def _validate_trained_step(self) -> dict[str, float]:
+        """`validate` after this step's update. The user's code or data failing in it (a reward function, an
+        environment, a validation row) saves this step first, where the last step's validation came before the run's
+        only save (trainer.save_freq=-1)."""
         try:
+            return self.validate()
+        except USER_ERRORS:
+            path = step_dir(self.config.trainer.save_checkpoint_path, self.global_step)
+            resume = (
+                "a resume goes on after it without this validation (trainer.val_only=true with "
+                f"trainer.load_checkpoint_path={path} runs it)"
+            )
+            failed = f"The validation after step {self.global_step}"
+            self._save_before_error(self.global_step, failed, resume, release=True)
+            raise
+
+    def _save_before_error(
+        self, step: int, failed: str, resume: str, loader_state: Any = None, release: bool = False
+    ) -> None:
+        """Save `step`, the weights the workers hold, before an error in the user's code (in `failed`) goes up, and
+        say so (`resume`: where a resume goes on); with `loader_state`, the data position it records. Without it a run
+        with trainer.save_freq=-1 (the default) lost every step. A save that fails is logged: the error that stopped
+        the run is the one to report. `release`: the engine, done generating, goes to sleep first (the RNG as before
+        it), as at the end of a validation."""
+        self.global_step, self._loader_state_to_save = step, loader_state
+        try:
+            if release:
+                self.rollout_wg.release_rollout_engine()
             self._save_checkpoint(None)
-        except Exception as save_error:  # (a full disk): the step's own error is the one to report
-            logger.error("Step %d could not be saved before stopping: %s", done, save_error)
+        except Exception as save_error:  # (a full disk)
+            logger.error("Step %d could not be saved before stopping: %s", step, save_error)
             return
         finally:
             self._loader_state_to_save = None
-        then = (  # weights only: nothing to resume from, only a model to export
-            "its weights only (trainer.save_model_only=true), which a run cannot resume from"
-            if self.config.trainer.save_model_only
-            else f"a resume runs step {done + 1} again"
-        )
+        if self.config.trainer.save_model_only:  # nothing to resume from, only a model to export
+            resume = "its weights only (trainer.save_model_only=true), which a run cannot resume from"
+        path = step_dir(self.config.trainer.save_checkpoint_path, step)
         logger.error(
-            "Step %d stopped in the user's code (the error follows); step %d, which the workers hold, is saved to %s "
+            "%s stopped in the user's code (the error follows); step %d, which the workers hold, is saved to %s "
             "first: %s.",
-            done + 1,
-            done,
-            step_dir(self.config.trainer.save_checkpoint_path, done),
-            then,
+            failed,
+            step,
+            path,
+            resume,
         )
 
     def _fit_step(
@@ -760,7 +784,7 @@ class RayPPOTrainer:
         # the last step's validation goes in the step's own row (wandb drops a row for a step it has passed)
         if periodic or (is_last and (trainer.val_freq > 0 or self.val_dataloader is not None)):
             with timer("validation", timing_raw):
-                val_metrics = self.validate()
+                val_metrics = self._validate_trained_step()
             metrics.update(val_metrics)
             last_validated = self.global_step
         if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:

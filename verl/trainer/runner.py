@@ -206,12 +206,13 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
     return group
 
 
-def _check_in_flight(config: PPOConfig, path: str) -> None:
-    """The prompts an asynchronous checkpoint had in flight: dropped in mode=sync (said), and refused when there are
-    more than the resumed run keeps in flight or when they do not split over its ranks."""
+def _check_in_flight(config: PPOConfig, path: str) -> Any:
+    """The prompts an asynchronous checkpoint had in flight (returned: None where it has none): dropped in mode=sync
+    (said), and refused when there are more than the resumed run keeps in flight, when they do not split over its
+    ranks, or when they are padded to another data.max_prompt_length."""
     in_flight = os.path.join(path, IN_FLIGHT_FILE)
     if not os.path.isfile(in_flight):
-        return
+        return None
     import torch
 
     rows = torch.load(in_flight, weights_only=False)
@@ -238,6 +239,38 @@ def _check_in_flight(config: PPOConfig, path: str) -> None:
                 "on a number that divides them (the saved run's), or with worker.rollout.mode=sync, which drops "
                 "them."
             )
+    # padded to the saved run's prompt length: joined with this run's, the first step failed in torch.cat
+    width = None if not count or rows.batch is None else rows.batch["input_ids"].shape[-1]
+    if rollout.mode != "sync" and width is not None and width != config.data.max_prompt_length:
+        raise ValueError(
+            f"Cannot resume from {path}: its {count} prompts in flight are padded to data.max_prompt_length={width}, "
+            f"and this run has {config.data.max_prompt_length}. Resume with the saved run's, or with "
+            "worker.rollout.mode=sync, which drops them."
+        )
+    return rows
+
+
+def _check_in_flight_columns(config: PPOConfig, path: str, rows: Any, dataset: Any) -> None:
+    """The prompts an asynchronous checkpoint had in flight (`rows`) are admitted beside this run's training rows:
+    refused when they do not join (data with another column: the first step failed in DataProto.concat, after every
+    worker had started), naming both sets of columns."""
+    if config.worker.rollout.mode == "sync" or rows is None or len(rows) == 0:
+        return
+    import numpy as np
+
+    from verl.protocol import DataProto, collate_fn
+
+    sample = collate_fn([dataset[0]])
+    sample.non_tensor_batch["uid"] = np.array(["new"], dtype=object)  # as admission gives each
+    try:
+        DataProto.concat([rows[:1], sample])
+    except ValueError:
+        saved, now = sorted(set(rows.non_tensor_batch) - {"uid"}), sorted(set(sample.non_tensor_batch) - {"uid"})
+        raise ValueError(
+            f"Cannot resume from {path}: its {len(rows)} prompts in flight have the columns {saved}, and this run's "
+            f"data.train_files gives {now}. Resume with the saved run's data, or with worker.rollout.mode=sync, which "
+            "drops them."
+        ) from None
 
 
 def _check_critic_vocabulary(config: PPOConfig, tokenizer: Any) -> None:
@@ -275,6 +308,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     path = resume_path(
         trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
     )
+    in_flight = None  # the prompts an asynchronous run's checkpoint had in flight
     if path is not None:
         check_written_by(path, "rl")
         check_matches_run(path, model.model_path, model.lora)
@@ -289,7 +323,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
             critic_model = config.worker.critic.model
             check_matches_run(path, critic_model.model_path, critic_model.lora, "worker.critic.model", role="critic")
         if not config.trainer.val_only:  # a validation trains none of them: any mode and round size may validate it
-            _check_in_flight(config, path)
+            in_flight = _check_in_flight(config, path)
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
@@ -329,6 +363,8 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     train_dataloader, val_dataloader = create_dataloader(
         data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )
+    if in_flight is not None:
+        _check_in_flight_columns(config, path, in_flight, train_dataloader.dataset)
     if client_env:
         _check_client_env_prompts(
             rollout.env, [("data.train_files", train_dataloader), ("data.val_files", val_dataloader)]
