@@ -1117,7 +1117,9 @@ def test_a_reward_function_failing_in_the_last_steps_validation_saves_that_step(
     assert "ValueError: no grader for the validation answers" in err and "Traceback" not in err, err
     saved = workspace["root"] / "validation_raising_reward" / "global_step_2"
     assert f"The latest checkpoint is {saved}: running the same command again resumes from it." in err, err
-    assert "The validation after step 2 stopped in the user's code (the error follows); step 2, which the workers" in err
+    assert (
+        "The validation after step 2 stopped in the user's code (the error follows); step 2, which the workers" in err
+    )
     position = json.dumps(torch.load(saved / "dataloader.pt", weights_only=True), default=str)
     assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "2"  # both steps' batches drawn
 
