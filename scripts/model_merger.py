@@ -534,8 +534,9 @@ def engine_loading_note(target: str) -> str | None:
     return (
         f"its vision tower is saved as {names[0]!r} and {len(names) - 1} more names without SigLIP's 'vision_model' "
         "level, as transformers 5 writes it; vLLM 0.32 expects 'vision_tower.vision_model.*' and stops with 'There is "
-        "no module or parameter named ...'. In Python, call verl.workers.rollout.vllm_compat."
-        "load_transformers_tower_names() before building the vllm.LLM (the trainer does), or rename those keys."
+        "no module or parameter named ...'. `python -m verl.serve` loads it; in Python, call verl.workers.rollout."
+        "vllm_compat.load_transformers_tower_names() before building the vllm.LLM (the trainer does), or rename those "
+        "keys."
     )
 
 

@@ -148,6 +148,37 @@ def test_targets_that_match_nothing_name_the_keys(models, tmp_path):
         load_sft_config([*sft, "worker.model.lora.rank=8", "worker.model.lora.target_modules=no_such_proj"])
 
 
+def test_targets_only_the_vision_side_has_are_refused_unless_it_gets_adapters(models, tmp_path):
+    """Qwen2.5-VL's `qkv` is a layer of its vision blocks only, which get no adapters unless lora.vision_tower: the
+    config check passed it (the weights have it), and each worker stopped in a Ray traceback saying that no layer of
+    the model had it ("check the spelling")."""
+    from verl.trainer.config import load_config
+    from verl.utils.config import ConfigError
+
+    (tmp_path / "data.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    rl = [
+        f"data.train_files={tmp_path / 'data.jsonl'}",
+        f"worker.actor.model.model_path={models['qwen2_5_vl']}",
+        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+        *("data.rollout_batch_size=8", "worker.actor.global_batch_size=4", "worker.rollout.n=2"),
+        *("trainer.n_gpus_per_node=2", "worker.actor.model.lora.rank=8"),
+    ]
+    with pytest.raises(ValueError, match=r"target_modules names qkv, which no layer of the model has"):
+        _adapted(models["qwen2_5_vl"], vision_language=True, target_modules="q_proj,qkv")  # as the workers failed
+    for targets in ("q_proj,qkv", "q_proj,merger.mlp.0"):
+        with pytest.raises(ConfigError, match=r"names (qkv|merger.mlp.0), which only the vision tower or projector"):
+            load_config([*rl, f"worker.actor.model.lora.target_modules={targets}"])
+    vision = load_config(
+        [*rl, "worker.actor.model.lora.target_modules=q_proj,qkv", "worker.actor.model.lora.vision_tower=true"]
+    )
+    assert vision.worker.actor.model.lora.vision_tower
+    layers = _adapted_layers(
+        _adapted(models["qwen2_5_vl"], vision_language=True, target_modules="q_proj,qkv", vision_tower=True)
+    )
+    assert any(layer.endswith("attn.qkv") for layer in layers) and any(layer.endswith("q_proj") for layer in layers)
+
+
 @pytest.mark.filterwarnings("ignore:The following (rank|alpha)_pattern keys did not match:RuntimeWarning")
 def test_a_mixture_of_experts_is_refused_before_training(tmp_path):
     """peft adapts the fused 3-D expert tensors of a transformers MoE, which the merge does not handle: LoRA SFT of a

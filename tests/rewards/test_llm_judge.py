@@ -390,6 +390,25 @@ def test_judge_actor_grades_with_a_real_engine(tmp_path: Path, ray_local: None) 
     assert os.path.isfile(os.path.join(judge_dir, "model.safetensors"))
 
 
+@pytest.mark.slow
+def test_a_mamba_hybrid_judge_answers_prompts_longer_than_a_cache_block(tmp_path: Path, ray_local: None) -> None:
+    """A Falcon-H1 judge on the CPU (Mamba mixers, no layer_types): with vLLM's prefix caching on, its Mamba cache in
+    "align" mode, the first prompt longer than a cache block (128 tokens) stopped the engine ("index 27 is out of
+    bounds for dimension 0 with size 2"), and with it the run; it runs as the rollout does, prefix caching off."""
+    import ray
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("falcon_h1", str(tmp_path / "models"))
+    judge = create_judge_actor(JudgeConfig(model_path=model, max_tokens=4, max_model_len=512, kv_cache_memory_mb=16))
+    try:
+        prompts, responses, truths = ["What is 2 + 2? " * 20, "Name a colour."], ["4", "blue"], ["4", None]
+        answers, cut = ray.get(judge.answers.remote(prompts, responses, truths), timeout=300)
+        assert len(answers) == 2 and all(answer is not None for answer in answers) and cut == [True, True]
+    finally:
+        ray.kill(judge)
+
+
 def test_the_judges_chat_template_kwargs_render_its_prompt_and_are_checked_against_its_template(
     tmp_path: Path,
 ) -> None:

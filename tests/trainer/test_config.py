@@ -1218,6 +1218,28 @@ def test_ulysses_is_refused_for_hybrid_linear_attention_models(files):
     assert load_config(base_args(files)).worker.actor.ulysses_size == 1
 
 
+def test_ulysses_is_refused_for_mamba_hybrids_without_layer_types(files):
+    """Falcon-H1 has a Mamba mixer beside the attention of every layer and no `layer_types`: the config check let
+    ulysses_size=2 through, and each worker stopped as it built the actor, a traceback saying that the run "needs
+    padding_free=true", which it had set."""
+    import json
+
+    (files / "model").mkdir(exist_ok=True)
+    text = {"num_attention_heads": 4, "num_key_value_heads": 2}  # transformers fills in the mamba_* fields
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "falcon_h1", **text}))
+    padded = ["worker.actor.padding_free=true", "worker.critic.padding_free=true"]
+    critic = [
+        f"worker.critic.model.model_path={files / 'model'}",
+        "algorithm.adv_estimator=gae",
+        "worker.critic.global_batch_size=4",
+    ]
+    args = [*base_args(files), *critic, *padded]
+    for key in ("worker.actor.ulysses_size", "worker.critic.ulysses_size"):
+        with pytest.raises(ConfigError, match=rf"{key}=2: the model \('falcon_h1'\) has Mamba mixers"):
+            load_config([*args, f"{key}=2"])
+    assert load_config(args).worker.actor.ulysses_size == 1
+
+
 def test_easyr1_ulysses_example_keys(files):
     """EasyR1's sequence-parallel example: 8 GPUs, ulysses_size 8, a hub model (checked by the workers)."""
     args = [*base_args(files), "trainer.n_gpus_per_node=8", "worker.actor.ulysses_size=8"]

@@ -228,6 +228,18 @@ def test_grpo_mixture_of_experts_run(workspace, kind):
         assert math.isfinite(row["moe/aux_loss"]) and 0.0 <= row["moe/unused_experts"] < 1.0
 
 
+def test_a_bf16_actor_passes_the_weight_check_against_the_fp32_cpu_engine(workspace):
+    """fsdp.torch_dtype=bf16: the actor computes in bf16 and the CPU engine in fp32 with the synced weights, 0.008-0.011
+    apart on the probe; the check held them to the fp32 tolerance (1e-3), so a mixture of experts (whose first sync is
+    always checked) stopped at it, "the engine does not hold the actor's weights"."""
+    moe = get_or_build_tiny_model("qwen3_moe", str(workspace["root"] / "models"))
+    bf16 = ("worker.actor.fsdp.torch_dtype=bf16", "worker.actor.optim.strategy=adamw_bf16")
+    one_step = ("trainer.max_steps=1", "trainer.val_before_train=false", "data.val_files=")
+    run_ppo(load_config(text_args(workspace, "bf16_moe", f"worker.actor.model.model_path={moe}", *bf16, *one_step)))
+    (step,) = [row for row in read_log(workspace["root"] / "bf16_moe") if "critic/score/mean" in row]
+    assert 1e-3 < step["rollout/weight_sync_mean_gap"] < 0.05 and step["rollout/weight_sync_routing_mismatch"] == 0.0
+
+
 @pytest.mark.parametrize("kind", MOE_KINDS)
 def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     """The MoE run's checkpoint (the test above) merged to Hugging Face format: per-expert tensors under the names

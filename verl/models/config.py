@@ -274,6 +274,13 @@ class ModelConfig:
                 f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key}="
                 f"'{self.model_path}' has (its weight names); check the spelling against the model's modules."
             )
+        vision_side = "vision_config" in model_config and self.lora.rank > 0 and not self.lora.vision_tower
+        if vision_side and (tower_only := vision_side_targets(self.model_path, self.lora)):
+            raise ConfigError(
+                f"{prefix}lora.target_modules names {', '.join(tower_only)}, which only the vision tower or projector "
+                f"of {key}='{self.model_path}' has, and they get no adapters unless {prefix}lora.vision_tower=true: "
+                "set it, or leave those names out."
+            )
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 
@@ -314,6 +321,31 @@ def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
     except Exception:  # an unreadable file
         return []
     return unmatched_names(lora.target_modules, modules) if modules else []
+
+
+VISION_SIDE_PATTERN = r".*(visual|vision_tower|vision_model|multi_modal_projector|embed_vision).*"
+"""The vision side of a VLM: its tower and the projector into the language model (inside `visual` for Qwen and GLM,
+beside it for InternVL, LLaVA, Mistral 3 and Gemma 4), without adapters unless lora.vision_tower: the engine's
+adapter sync (vLLM) serves language-model adapters only."""
+
+
+def vision_side_targets(model_path: str, lora: LoraConfig) -> list[str]:
+    """The names in `lora.target_modules` that only layers of a VLM's vision side (VISION_SIDE_PATTERN) have, read
+    from its weight names as `unmatched_targets` reads them; [] for "all-linear" or where the weights cannot be read."""
+    from verl.utils.hub import safetensors_shapes
+
+    if lora.target_modules == "all-linear":
+        return []
+    try:
+        modules = {"." + name.rsplit(".", 1)[0] for name in safetensors_shapes(model_path)}
+    except Exception:  # an unreadable file
+        return []
+    language = {module for module in modules if not re.fullmatch(VISION_SIDE_PATTERN, module[1:])}
+    return [
+        name
+        for name in unmatched_names(lora.target_modules, language)
+        if name not in unmatched_names(lora.target_modules, modules)
+    ]
 
 
 def unmatched_names(target_modules: str, modules: set[str]) -> list[str]:

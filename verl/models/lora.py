@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.models.config import FUSED_EXPERTS_LORA, LoraConfig, unmatched_names
+from verl.models.config import FUSED_EXPERTS_LORA, VISION_SIDE_PATTERN, LoraConfig, unmatched_names
 
 
 ADAPTER_NAME = "default"
@@ -30,10 +30,6 @@ resumed run's settings must equal."""
 LORA_INIT_SEED = 1234
 """Ranks that build the model independently get the same adapters."""
 
-_VISION_TOWER_PATTERN = r".*(visual|vision_tower|vision_model|multi_modal_projector|embed_vision).*"
-"""The vision side of a VLM: its tower and the projector into the language model (inside `visual` for Qwen and GLM,
-beside it for InternVL, LLaVA, Mistral 3 and Gemma 4), without adapters unless lora.vision_tower: the engine's
-adapter sync (vLLM) serves language-model adapters only."""
 _LORA_PARAM = re.compile(rf"^(?P<prefix>.*)\.lora_(?P<part>[AB])\.{ADAPTER_NAME}\.weight$")
 
 
@@ -45,7 +41,7 @@ def _peft_config(lora: LoraConfig, vision_language: bool, base_model_path: str |
         targets = [name.strip() for name in targets.split(",") if name.strip()]
     exclude = lora.exclude_modules
     if vision_language and not lora.vision_tower:
-        exclude = _VISION_TOWER_PATTERN if exclude is None else f"(?:{exclude})|(?:{_VISION_TOWER_PATTERN})"
+        exclude = VISION_SIDE_PATTERN if exclude is None else f"(?:{exclude})|(?:{VISION_SIDE_PATTERN})"
     return PeftLoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,

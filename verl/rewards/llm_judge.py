@@ -305,9 +305,10 @@ def score_answers(
 
 def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
     """The `vllm.LLM` arguments of the judge on this device. On CPU, the rollout's settings: float32, eager, an
-    explicit KV cache (else vLLM reserves most of the RAM), and vllm_compat's for hybrid linear-attention models;
-    chunked prefill stays on (the rollout turns it off only for its seeded requests)."""
-    from verl.models.config import model_recurrent_layer_types
+    explicit KV cache (else vLLM reserves most of the RAM); and the model family's (`vllm_compat.family_engine_kwargs`:
+    hybrid models on the CPU, config fields vLLM needs); chunked prefill stays on (the rollout turns it off only for
+    its seeded requests)."""
+    from verl.models.config import read_model_config
     from verl.workers.rollout import vllm_compat
 
     kwargs: dict[str, Any] = {
@@ -326,8 +327,8 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
         )
     else:
         kwargs.update(dtype="float32", enforce_eager=True, kv_cache_memory_bytes=config.kv_cache_memory_mb * 2**20)
-        if model_recurrent_layer_types(config.model_path):
-            kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
+    model_config = read_model_config("worker.reward.judge.model_path", config.model_path)
+    kwargs.update(vllm_compat.family_engine_kwargs(model_config, on_cpu=not on_gpu))
     return kwargs
 
 

@@ -339,15 +339,15 @@ class ChatEngine:
             # (docs/performance.md); set before vLLM is imported
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
-        from verl.models.config import model_recurrent_layer_types
+        from verl.models.config import read_model_config
         from verl.workers.rollout import vllm_compat
 
-        if on_cpu and model_recurrent_layer_types(model):  # every request failed: "CPU GDN attention requires BF16."
-            hybrid = vllm_compat.cpu_hybrid_engine_kwargs()  # Qwen3.5's Gated DeltaNet, as the rollout runs it
-            if dtype not in ("auto", hybrid["dtype"]):
-                logger.warning("--dtype %s: this hybrid model runs in %s on the CPU.", dtype, hybrid["dtype"])
-            kwargs.update(hybrid)
-
+        # as the rollout starts an engine of this family (on the CPU: Qwen3.5's Gated DeltaNet in bf16, every request
+        # failed "CPU GDN attention requires BF16."; Falcon-H1 without prefix caching, a new long prompt was a 500)
+        family = vllm_compat.family_engine_kwargs(read_model_config("--model", model), on_cpu)
+        if family.get("dtype", kwargs["dtype"]) != kwargs["dtype"] and dtype != "auto":
+            logger.warning("--dtype %s: this hybrid model runs in %s on the CPU.", dtype, family["dtype"])
+        kwargs.update(family)
         self.llm = vllm_compat.start_engine("--kv-cache-mb or --max-model-len", **kwargs)
         self.name = name
         self.max_model_len = max_model_len

@@ -1209,6 +1209,11 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
         raise ConfigError(
             f"{key}={size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
         )
+    if any(name.startswith("mamba_") for name in text):  # Falcon-H1: a Mamba mixer in every layer, no layer_types
+        raise ConfigError(
+            f"{key}={size}: the model ({model_config.get('model_type')!r}) has Mamba mixers, which carry state along "
+            f"the row: its rows run padded, not packed, and Ulysses splits packed rows; set {key}=1."
+        )
     if uses_sliding_window(text):
         raise ConfigError(
             f"{key}={size}: the model ({model_config.get('model_type')!r}) has sliding-window layers. "

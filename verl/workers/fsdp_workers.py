@@ -174,7 +174,11 @@ class FSDPWorker(Worker):
                 tokenizer_path=config.actor.model.tokenizer_path,
             )
             self.sharding_manager = FSDPVLLMShardingManager(
-                self.actor_module, self.rollout, offload_params=config.actor.offload.offload_params, device=self.device
+                self.actor_module,
+                self.rollout,
+                offload_params=config.actor.offload.offload_params,
+                device=self.device,
+                compute_dtype=frozen_param_dtype(config.actor.fsdp, self.device_type),  # the actor's compute dtype
             )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -224,6 +224,29 @@ def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
     return {"dtype": "bfloat16", "enable_prefix_caching": False}
 
 
+def family_engine_kwargs(model_config: dict[str, Any] | None, on_cpu: bool) -> dict[str, Any]:
+    """The engine arguments a model family needs wherever an engine of it starts (the rollout, `verl.serve`, the LLM
+    judge), from its config.json (None: a hub id not in the cache): `missing_config_overrides` as `hf_overrides`;
+    on the CPU, Gated DeltaNet layers (Qwen3.5) get `cpu_hybrid_engine_kwargs`, and Mamba mixers (Falcon-H1) prefix
+    caching off (its cache's "align" mode needs the chunked prefill the CPU engines run without: a new prompt longer
+    than a cache block stopped the engine). A LLaVA-OneVision folder as transformers 5 writes it loads too
+    (`load_transformers_tower_names`). The server and the judge lacked these, and failed on those families."""
+    from verl.models.config import recurrent_layer_types
+
+    load_transformers_tower_names()
+    model_config = model_config or {}
+    kwargs: dict[str, Any] = {}
+    overrides = missing_config_overrides(model_config)
+    if overrides:
+        kwargs["hf_overrides"] = overrides
+    if on_cpu:
+        if recurrent_layer_types((model_config.get("text_config") or model_config).get("layer_types")):
+            kwargs.update(cpu_hybrid_engine_kwargs())
+        elif any(key.startswith("mamba_") for key in model_config):
+            kwargs["enable_prefix_caching"] = False
+    return kwargs
+
+
 def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, Any]:
     """`hf_overrides` for config fields vLLM 0.32 reads that a config.json (its content, None for a hub id) lacks, at
     transformers' values; {} when none. GLM-4.5V: `text_config.head_dim` (hidden_size / heads) and `use_qk_norm`

@@ -28,7 +28,6 @@ from verl.envs.tools import tool_call_format
 from verl.models.config import (
     DTYPE_NAMES,
     read_model_config,
-    recurrent_layer_types,
     resolve_config_overrides,
     text_only_reason,
 )
@@ -130,7 +129,8 @@ def build_engine_kwargs(
     if config.max_num_seqs is not None:  # else vLLM's default for the device
         kwargs["max_num_seqs"] = config.max_num_seqs
     model_json = read_model_config("worker.actor.model.model_path", model_path)
-    overrides = vllm_compat.missing_config_overrides(model_json)
+    family = vllm_compat.family_engine_kwargs(model_json, on_cpu=not on_gpu())
+    overrides = family.pop("hf_overrides", {})
     if config.model_overrides:  # the actor's model.override_config: the engine runs the same model
         hf_config = load_model_config(model_path, config.trust_remote_code)
         key = "worker.actor.model.override_config"
@@ -139,7 +139,8 @@ def build_engine_kwargs(
             overrides[name] = {**overrides[name], **value} if merged else value
     if overrides:  # e.g. a transformers-written GLM-4.5V config: fields vLLM reads
         kwargs["hf_overrides"] = overrides
-    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_json or {}))
+    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len))
+    kwargs.update(family)  # on the CPU, what a hybrid model needs, whatever rollout.dtype says
     if dist.is_initialized():
         kwargs["distributed_executor_backend"] = "external_launcher"
     elif kwargs["tensor_parallel_size"] > 1:
@@ -183,8 +184,7 @@ def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
     return kwargs
 
 
-def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_json: dict[str, Any]) -> dict[str, Any]:
-    """`model_json`: the model's config.json ({} for a hub id not in the cache)."""
+def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
     # vLLM on CPU crashes when a seeded request's prefill is split over steps; all are seeded: prefill whole prompts.
     if max_model_len > config.max_num_batched_tokens:
         raise ValueError(
@@ -200,11 +200,6 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_json: dict[str,
         "kv_cache_memory_bytes": kv_cache_mb * 2**20,
         "enable_chunked_prefill": False,
     }
-    # Hybrid linear-attention models (Qwen3.5): what vLLM's CPU Gated DeltaNet needs, whatever rollout.dtype says.
-    if recurrent_layer_types((model_json.get("text_config") or model_json).get("layer_types")):
-        kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
-    elif any(key.startswith("mamba_") for key in model_json):
-        kwargs["enable_prefix_caching"] = False  # Mamba mixers (Falcon-H1): their cache's "align" mode needs chunking
     return kwargs
 
 
@@ -261,7 +256,6 @@ class VLLMRollout:
         `tokenizer_path`: worker.actor.model.tokenizer_path (default `model_path`)."""
         quiet.install_worker_filters()  # done by Ray's setup hook unless Ray started elsewhere
         vllm_compat.warn_if_untested()
-        vllm_compat.load_transformers_tower_names()
         self.config = config
         self.tokenizer = tokenizer
         if processor is not None and text_only_reason(
