@@ -1326,9 +1326,17 @@ def test_weights_cut_short_or_missing_shards_are_refused_naming_the_file(files, 
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-7B", "r": 8}))
     no_tensors(adapter / "adapter_model.safetensors")
     with pytest.raises(
-        ConfigError, match=r"holds a LoRA adapter of Qwen/Qwen2.5-7B \(adapter_config.json\), not a model"
+        ConfigError, match=r"holds a LoRA adapter of Qwen/Qwen2.5-7B \(adapter_config.json\), not a model: .*peft's"
     ):
         load_config([*args, f"worker.actor.model.model_path={adapter}"])
+    # the adapter model_merger.py --adapter_only writes beside a LoRA run's checkpoint: the merger merges it too
+    actor = tmp_path / "global_step_3" / "actor"
+    actor.mkdir(parents=True)
+    (actor / "__0_0.distcp").write_bytes(b"")
+    shutil.copytree(adapter, actor / "lora_adapter")
+    merge = f"python scripts/model_merger.py --local_dir {actor} writes the merged model to {actor}/huggingface"
+    with pytest.raises(ConfigError, match=re.escape(merge)):
+        load_config([*args, f"worker.actor.model.model_path={actor / 'lora_adapter'}"])
 
 
 def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):

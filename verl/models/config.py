@@ -9,6 +9,7 @@ ConfigError with the key as `prefix + field`, so every config that embeds them g
 """
 
 import copy
+import glob
 import json
 import os
 import re
@@ -430,9 +431,15 @@ def adapter_folder(path: str) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     of = f" of {base}" if isinstance(base, str) and base else ""
+    actor = os.path.dirname(os.path.normpath(os.path.expanduser(path)))
+    if os.path.basename(os.path.normpath(path)) == "lora_adapter" and glob.glob(os.path.join(actor, "*.distcp")):
+        # what model_merger.py --adapter_only writes beside a LoRA run's checkpoint
+        merge = f"python scripts/model_merger.py --local_dir {actor} writes the merged model to {actor}/huggingface"
+    else:
+        merge = "peft's merge_and_unload, then save_pretrained"
     return (
-        f"holds a LoRA adapter{of} (adapter_config.json), not a model: merge it into its base model first (peft's "
-        "merge_and_unload, then save_pretrained) and give that folder."
+        f"holds a LoRA adapter{of} (adapter_config.json), not a model: merge it into its base model first ({merge}) "
+        "and give that folder."
     )
 
 
