@@ -170,6 +170,9 @@ def test_unknown_key_names_path_and_suggestion(files):
     with pytest.raises(ConfigError) as err:
         load_config([*base_args(files), "worker.actor.optim.learning_rate=1e-5"])
     assert "worker.actor.optim.learning_rate" in str(err.value)
+    for theirs, ours in (("max_checkpoints_to_keep", "save_limit"), ("test_freq", "val_freq")):  # verl's, TRL's names
+        with pytest.raises(ConfigError, match=rf"'trainer.{theirs}'. Did you mean 'trainer.{ours}'\?"):
+            load_config([*base_args(files), f"trainer.{theirs}=2"])
     with pytest.raises(ConfigError, match=r"'data.max_prompt_lenght'.*Did you mean 'data.max_prompt_length'"):
         load_config([*base_args(files), "data.max_prompt_lenght=3"])
     easyr1 = {

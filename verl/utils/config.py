@@ -52,6 +52,18 @@ EASYR1_ONLY_KEYS: dict[str, str] = {
 }
 """EasyR1 keys (by the end of their path) with no counterpart here, and why: the unknown-key error says it, so a
 migrated config is fixed by deleting them."""
+OTHER_TRAINERS_NAMES: dict[str, str] = {
+    "max_actor_ckpt_to_keep": "save_limit",  # verl's
+    "max_critic_ckpt_to_keep": "save_limit",
+    "save_total_limit": "save_limit",  # TRL's
+    "max_checkpoints_to_keep": "save_limit",
+    "test_freq": "val_freq",  # verl's
+    "default_local_dir": "save_checkpoint_path",
+    "resume_from_path": "load_checkpoint_path",
+    "total_training_steps": "max_steps",
+}
+"""The names verl and TRL give settings that have another name here: the unknown-key error suggests ours (a spelling
+match suggested an unrelated key: `max_checkpoints_to_keep`, `save_checkpoint_path`)."""
 
 
 class CommandLine(dict):
@@ -101,7 +113,8 @@ def checked_mapping(schema: type, user: Mapping, prefix: str = "", raw: Mapping[
             retired = next((why for end, why in EASYR1_ONLY_KEYS.items() if path.endswith(end)), None)
             if retired is not None:
                 raise ConfigError(f"Config key '{path}' is {retired}; delete it.")
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            ours = OTHER_TRAINERS_NAMES.get(str(key))
+            close = [ours] if ours in fields else difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
             valid = ", ".join(sorted(fields))
             raise ConfigError(f"Unknown config key '{path}'.{hint} Valid keys under '{prefix or '<root>'}': {valid}.")
