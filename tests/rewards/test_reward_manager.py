@@ -631,3 +631,34 @@ def test_a_prompt_given_as_messages_reaches_reward_models_and_judges_as_its_user
     # a VL prompt's parts were no text, and fell back to the decoded template (role names and all)
     car = "<image>What colour is the car?"
     assert user_messages(data, tokenizer=None) == ["What is 29 plus 32?", "Plain prompt", car, car]
+
+
+def test_a_pool_scored_from_several_threads_at_once_starts_once(write_reward_file) -> None:
+    """Streamed rewards (worker.reward.stream, async modes) score each completed group in a thread of its own: with
+    num_cpus > 1 two groups reaching the pool before it had started each started one, the first one's queue was
+    dropped, and its workers died unpickling it ("A worker process of the reward pool ... died")."""
+    from verl.rewards.parallel import SequentialPool
+
+    path = write_reward_file("import time\n\ndef main(sample):\n    time.sleep(0.01)\n    return {'overall': 1.0}\n")
+    pool = SequentialPool(load_reward_function(path), 2)
+    results: list = []
+    errors: list = []
+    start = threading.Barrier(4)
+
+    def score() -> None:
+        start.wait()
+        try:
+            results.append(pool.score([{}] * 4))
+        except Exception as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=score) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == [] and results == [[{"overall": 1.0}] * 4] * 4
+        assert len(pool._worker_pids()) == 2
+    finally:
+        pool.close()

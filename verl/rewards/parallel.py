@@ -94,6 +94,9 @@ class SequentialPool:
         self._pids: Any = None  # the workers report their pids here as they start
         self._known_pids: set[int] = set()
         self._stacks_dir: str | None = None
+        self._lock = threading.RLock()
+        """Held to start, use or close the executor: streamed rewards score groups from several threads at once, and
+        two starting it together each made one, dropping the first one's queue while its workers unpickled it."""
 
     def _get_executor(self) -> ProcessPoolExecutor:
         if self._executor is None:  # started on first use, so an actor that never scores spawns nothing
@@ -109,9 +112,10 @@ class SequentialPool:
         return self._executor
 
     def _worker_pids(self) -> set[int]:
-        while not self._pids.empty():
-            self._known_pids.add(self._pids.get())
-        return self._known_pids
+        with self._lock:
+            while not self._pids.empty():
+                self._known_pids.add(self._pids.get())
+            return self._known_pids
 
     def where(self, wait_s: float = 2.0) -> str:
         """Where each worker process is now: its Python stack, as faulthandler writes it (most recent call first),
@@ -139,11 +143,7 @@ class SequentialPool:
             return []
         # A few chunks per worker balance uneven per-sample cost without paying one round trip per sample.
         chunks = _split(len(samples), self.num_workers * 4)
-        try:
-            futures = self._submit(chunks, samples)
-        except BrokenProcessPool:  # a worker died while idle (it held no sample): a fresh pool scores them
-            self.close()
-            futures = self._submit(chunks, samples)
+        executor, futures = self._submit(chunks, samples)
         scores: list[Any] = []
         try:
             for future in futures:
@@ -157,7 +157,7 @@ class SequentialPool:
             original.__cause__ = error.__cause__  # the worker's formatted traceback, attached by concurrent.futures
             raise RewardFunctionError(str(error), sample_index=error.sample_index) from original
         except BrokenProcessPool as error:
-            self.close()
+            self.close(broken=executor)
             raise RewardFunctionError(
                 f"A worker process of the reward pool for {self.function.label} died while scoring {len(samples)} "
                 "samples (a crash, os._exit or the out-of-memory killer inside the function); the pool is restarted "
@@ -165,14 +165,34 @@ class SequentialPool:
             ) from error
         return scores
 
-    def _submit(self, chunks: list[tuple[int, int]], samples: Sequence[Mapping[str, Any]]) -> list[Future]:
-        with signals_held():  # workers start on submit: until they leave the driver's group, they hold its signals
-            executor = self._get_executor()
-            return [executor.submit(_score_chunk, start, list(samples[start:end])) for start, end in chunks]
+    def _submit(
+        self, chunks: list[tuple[int, int]], samples: Sequence[Mapping[str, Any]]
+    ) -> tuple[ProcessPoolExecutor, list[Future]]:
+        """(the executor, the chunks' futures). A pool whose worker died while idle (it held no sample) is replaced
+        by a fresh one, which scores them."""
 
-    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        # workers start on submit: until they leave the driver's group, they hold its signals
+        def submit() -> tuple[ProcessPoolExecutor, list[Future]]:
+            executor = self._get_executor()
+            return executor, [executor.submit(_score_chunk, start, list(samples[start:end])) for start, end in chunks]
+
+        with self._lock, signals_held():
+            try:
+                return submit()
+            except BrokenProcessPool:
+                self._close(CLOSE_GRACE_S)
+                return submit()
+
+    def close(self, grace_s: float = CLOSE_GRACE_S, broken: ProcessPoolExecutor | None = None) -> None:
         """Stop the worker processes (they are restarted if the pool is used again). Queued chunks are cancelled; a
-        worker still inside the function after `grace_s` seconds is killed, so a hung function cannot hang this."""
+        worker still inside the function after `grace_s` seconds is killed, so a hung function cannot hang this.
+        `broken`: only if the pool still runs that executor (another thread scoring at the same time may have
+        replaced it already)."""
+        with self._lock:
+            if broken is None or broken is self._executor:
+                self._close(grace_s)
+
+    def _close(self, grace_s: float) -> None:
         if self._executor is None:
             return
         executor, self._executor = self._executor, None
