@@ -991,73 +991,35 @@ def test_a_hybrid_model_is_served_on_the_cpu_as_the_rollout_runs_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_mamba_hybrid_answers_new_long_prompts_on_the_cpu(tmp_path):
-    """Falcon-H1's Mamba mixers: with vLLM's prefix caching on (its Mamba cache then in "align" mode), every new
-    prompt longer than a cache block was a 500 ("index 31 is out of bounds for dimension 0 with size 1"); the server
-    runs them as the rollout does, prefix caching off."""
+@pytest.mark.parametrize("kind", ["falcon_h1", "glm4v_moe", "llava_onevision"])
+def test_a_model_family_is_served_with_the_engine_settings_the_rollout_gives_it(tmp_path, kind):
+    """The server starts its engine as the rollout does (vllm_compat.family_engine_kwargs); it did not, and failed:
+    Falcon-H1's Mamba mixers with vLLM's prefix caching on the CPU made every new prompt longer than a cache block a
+    500 ("index 31 is out of bounds for dimension 0 with size 1"; a retry hit the prefix cache, so none here); a
+    GLM-4.5V config as transformers writes it (no head_dim or use_qk_norm, which vLLM reads) stopped the server with
+    "'Glm4vMoeTextConfig' object has no attribute 'head_dim'"; a LLaVA-OneVision folder as transformers 5 saves it
+    (the SigLIP tower without its `vision_model` level: the trainer's exports) with vLLM's "There is no module or
+    parameter named 'vision_tower.embeddings'"."""
     from openai import OpenAI
 
     from verl.models.tiny_models import get_or_build_tiny_model
-    from verl.utils import device
 
-    if device.get_device_type() != "cpu":
-        pytest.skip("the CPU engine's settings")
-    engine = ChatEngine(get_or_build_tiny_model("falcon_h1", str(tmp_path)), "tiny", 512, 32, "auto")
+    model = get_or_build_tiny_model(kind, str(tmp_path / "models"))
+    if kind == "glm4v_moe":
+        model = shutil.copytree(model, tmp_path / "written_without")
+        config = json.loads((model / "config.json").read_text())
+        assert (config["text_config"].pop("head_dim"), config["text_config"].pop("use_qk_norm")) == (64, False)
+        (model / "config.json").write_text(json.dumps(config))
+    texts = ("Hi", "Tell " * 120, "Count " * 150) if kind == "falcon_h1" else ("Hi",)
+    engine = ChatEngine(str(model), "tiny", 512, 32, "auto")
     server, url = serve(engine)
     try:
-        client = OpenAI(base_url=url, api_key="unused", max_retries=0)  # a retry of a 500 hit the prefix cache
-        for text in ("Hi", "Tell " * 120, "Count " * 150):
+        client = OpenAI(base_url=url, api_key="unused", max_retries=0)
+        for text in texts:
             reply = client.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": text}], max_tokens=4, temperature=0.0
             )
             assert reply.usage.completion_tokens > 0
-    finally:
-        server.shutdown()
-        engine.close()
-
-
-@pytest.mark.slow
-def test_a_glm4v_moe_config_as_transformers_writes_it_is_served(tmp_path):
-    """transformers writes GLM-4.5V's text config without head_dim and use_qk_norm, which vLLM reads: the rollout
-    passes them as hf_overrides (vllm_compat.missing_config_overrides), and the server did not, so it stopped with
-    "'Glm4vMoeTextConfig' object has no attribute 'head_dim'" on a model the trainer had trained."""
-    from openai import OpenAI
-
-    from verl.models.tiny_models import get_or_build_tiny_model
-
-    model = tmp_path / "written_without"
-    shutil.copytree(get_or_build_tiny_model("glm4v_moe", str(tmp_path / "models")), model)
-    config = json.loads((model / "config.json").read_text())
-    assert (config["text_config"].pop("head_dim"), config["text_config"].pop("use_qk_norm")) == (64, False)
-    (model / "config.json").write_text(json.dumps(config))
-    engine = ChatEngine(str(model), "tiny", 256, 16, "auto")
-    server, url = serve(engine)
-    try:
-        reply = OpenAI(base_url=url, api_key="unused").chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0.0
-        )
-        assert reply.usage.completion_tokens > 0
-    finally:
-        server.shutdown()
-        engine.close()
-
-
-@pytest.mark.slow
-def test_a_llava_onevision_model_as_transformers_5_saves_it_is_served(tmp_path):
-    """transformers 5 saves LLaVA-OneVision's SigLIP tower without its `vision_model` level (the trainer's exports,
-    the tiny model): the rollout maps those names for vLLM, and the server did not, so it stopped with vLLM's "There
-    is no module or parameter named 'vision_tower.embeddings'" traceback."""
-    from openai import OpenAI
-
-    from verl.models.tiny_models import get_or_build_tiny_model
-
-    engine = ChatEngine(get_or_build_tiny_model("llava_onevision", str(tmp_path)), "tiny", 256, 16, "auto")
-    server, url = serve(engine)
-    try:
-        reply = OpenAI(base_url=url, api_key="unused").chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0.0
-        )
-        assert reply.usage.completion_tokens > 0
     finally:
         server.shutdown()
         engine.close()

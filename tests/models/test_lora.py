@@ -118,6 +118,19 @@ def test_merge_equals_peft_merge_and_the_layout_loads_in_peft(models, tmp_path):
         torch.testing.assert_close(peft_merged(input_ids=ids).logits, adapted_logits, rtol=0, atol=5e-5)
 
 
+def _lora_run_args(tmp_path, model: str) -> list[str]:
+    """A GRPO run's arguments with LoRA rank 8 on `model`, its one-row data and reward written to `tmp_path`."""
+    (tmp_path / "data.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    return [
+        f"data.train_files={tmp_path / 'data.jsonl'}",
+        f"worker.actor.model.model_path={model}",
+        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+        *("data.rollout_batch_size=8", "worker.actor.global_batch_size=4", "worker.rollout.n=2"),
+        *("trainer.n_gpus_per_node=2", "worker.actor.model.lora.rank=8"),
+    ]
+
+
 def test_targets_that_match_nothing_name_the_keys(models, tmp_path):
     """In the workers, and (since they failed there, inside Ray) already when the config is checked, on the model
     built on the meta device; SFT's errors name its own section."""
@@ -127,15 +140,7 @@ def test_targets_that_match_nothing_name_the_keys(models, tmp_path):
 
     with pytest.raises(ValueError, match="lora.target_modules"):
         _adapted(models["qwen2"], target_modules="no_such_proj")
-    (tmp_path / "data.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
-    rl = [
-        f"data.train_files={tmp_path / 'data.jsonl'}",
-        f"worker.actor.model.model_path={models['qwen2']}",
-        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
-        *("data.rollout_batch_size=8", "worker.actor.global_batch_size=4", "worker.rollout.n=2"),
-        *("trainer.n_gpus_per_node=2", "worker.actor.model.lora.rank=8"),
-    ]
+    rl = _lora_run_args(tmp_path, models["qwen2"])
     with pytest.raises(ValueError, match=r"target_modules names v_prj, which no layer of the model has"):
         _adapted(models["qwen2"], target_modules="q_proj,v_prj")  # peft refuses a list only if no name matches
     for targets in ("no_such_proj", "q_proj,v_prj"):
@@ -155,15 +160,7 @@ def test_targets_only_the_vision_side_has_are_refused_unless_it_gets_adapters(mo
     from verl.trainer.config import load_config
     from verl.utils.config import ConfigError
 
-    (tmp_path / "data.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
-    rl = [
-        f"data.train_files={tmp_path / 'data.jsonl'}",
-        f"worker.actor.model.model_path={models['qwen2_5_vl']}",
-        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
-        *("data.rollout_batch_size=8", "worker.actor.global_batch_size=4", "worker.rollout.n=2"),
-        *("trainer.n_gpus_per_node=2", "worker.actor.model.lora.rank=8"),
-    ]
+    rl = _lora_run_args(tmp_path, models["qwen2_5_vl"])
     with pytest.raises(ValueError, match=r"target_modules names qkv, which no layer of the model has"):
         _adapted(models["qwen2_5_vl"], vision_language=True, target_modules="q_proj,qkv")  # as the workers failed
     for targets in ("q_proj,qkv", "q_proj,merger.mlp.0"):
