@@ -270,13 +270,15 @@ class ModelConfig:
                     "embeddings (tie_word_embeddings): an adapter on it would not reach the rollout engine or the "
                     "export. Leave lm_head out."
                 )
-        if self.lora.rank > 0 and (unmatched := unmatched_targets(self.model_path, self.lora)):
+        targets = self.lora.target_modules
+        modules = weight_modules(self.model_path) if self.lora.rank > 0 and targets != "all-linear" else set()
+        if unmatched := unmatched_names(targets, modules) if modules else []:  # (the safetensors headers read once)
             raise ConfigError(
                 f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key}="
                 f"'{self.model_path}' has (its weight names); check the spelling against the model's modules."
             )
-        vision_side = "vision_config" in model_config and self.lora.rank > 0 and not self.lora.vision_tower
-        if vision_side and (tower_only := vision_side_targets(self.model_path, self.lora)):
+        vision_side = "vision_config" in model_config and modules and not self.lora.vision_tower
+        if vision_side and (tower_only := vision_side_targets(targets, modules)):
             raise ConfigError(
                 f"{prefix}lora.target_modules names {', '.join(tower_only)}, which only the vision tower or projector "
                 f"of {key}='{self.model_path}' has, and they get no adapters unless {prefix}lora.vision_tower=true: "
@@ -313,15 +315,21 @@ def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
     """The names in `lora.target_modules` that no layer of the model at `model_path` has, as peft matches them (the
     module's name, or its last parts), read from the weight names of its safetensors files (their headers: no model
     is built). [] for "all-linear", or where the weights cannot be read here (the workers then say it)."""
-    from verl.utils.hub import safetensors_shapes
-
     if lora.target_modules == "all-linear":  # (no file read)
         return []
-    try:
-        modules = {"." + name.rsplit(".", 1)[0] for name in safetensors_shapes(model_path)}
-    except Exception:  # an unreadable file
-        return []
+    modules = weight_modules(model_path)
     return unmatched_names(lora.target_modules, modules) if modules else []
+
+
+def weight_modules(model_path: str) -> set[str]:
+    """The dotted names (each starting with a dot) of the modules holding the weights of the model at `model_path`,
+    from its safetensors headers; empty where they cannot be read here."""
+    from verl.utils.hub import safetensors_shapes
+
+    try:
+        return {"." + name.rsplit(".", 1)[0] for name in safetensors_shapes(model_path)}
+    except Exception:  # an unreadable file
+        return set()
 
 
 VISION_SIDE_PATTERN = r".*(visual|vision_tower|vision_model|multi_modal_projector|embed_vision).*"
@@ -330,23 +338,12 @@ beside it for InternVL, LLaVA, Mistral 3 and Gemma 4), without adapters unless l
 adapter sync (vLLM) serves language-model adapters only."""
 
 
-def vision_side_targets(model_path: str, lora: LoraConfig) -> list[str]:
-    """The names in `lora.target_modules` that only layers of a VLM's vision side (VISION_SIDE_PATTERN) have, read
-    from its weight names as `unmatched_targets` reads them; [] for "all-linear" or where the weights cannot be read."""
-    from verl.utils.hub import safetensors_shapes
-
-    if lora.target_modules == "all-linear":
-        return []
-    try:
-        modules = {"." + name.rsplit(".", 1)[0] for name in safetensors_shapes(model_path)}
-    except Exception:  # an unreadable file
-        return []
+def vision_side_targets(target_modules: str, modules: set[str]) -> list[str]:
+    """The names in `target_modules` that only the vision side (VISION_SIDE_PATTERN) of a VLM whose weights are in
+    `modules` (`weight_modules`) has; [] for "all-linear"."""
     language = {module for module in modules if not re.fullmatch(VISION_SIDE_PATTERN, module[1:])}
-    return [
-        name
-        for name in unmatched_names(lora.target_modules, language)
-        if name not in unmatched_names(lora.target_modules, modules)
-    ]
+    nowhere = set(unmatched_names(target_modules, modules))
+    return [name for name in unmatched_names(target_modules, language) if name not in nowhere]
 
 
 def unmatched_names(target_modules: str, modules: set[str]) -> list[str]:
@@ -879,6 +876,12 @@ def transformers_text_config(model_config: dict[str, Any]) -> dict[str, Any]:
 def recurrent_layer_types(layer_types: Any) -> list[str]:
     """The recurrent entries (linear attention, mamba) of a text config's `layer_types` (None for none)."""
     return sorted({kind for kind in layer_types or () if kind in RECURRENT_LAYER_TYPES})
+
+
+def has_mamba_mixers(text_config: dict[str, Any]) -> bool:
+    """Whether a text config (its dict) describes Mamba mixers beside every layer's attention, without `layer_types`
+    (Falcon-H1: its `mamba_*` fields)."""
+    return any(name.startswith("mamba_") for name in text_config)
 
 
 def model_recurrent_layer_types(path: str | None) -> list[str]:

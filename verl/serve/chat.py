@@ -317,10 +317,10 @@ class ChatEngine:
     `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
 
     model_path: str | None = None
-    media_bias: dict[int, float] | None = None
-    """logit_bias that keeps a vision-language model from generating its media placeholders (None: a text model)."""
     """The served model (folder or id) whose generation config and chat template `turn_end_ids` reads; None: no stop
     token is added."""
+    media_bias: dict[int, float] | None = None
+    """logit_bias that keeps a vision-language model from generating its media placeholders (None: a text model)."""
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
         from verl.utils import device

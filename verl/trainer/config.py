@@ -32,6 +32,7 @@ from verl.models.config import (
     SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
     check_attention_available,
     expert_count,
+    has_mamba_mixers,
     read_model_config,
     recurrent_layer_types,
     trained_positions,
@@ -1209,7 +1210,7 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
         raise ConfigError(
             f"{key}={size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
         )
-    if any(name.startswith("mamba_") for name in text):  # Falcon-H1: a Mamba mixer in every layer, no layer_types
+    if has_mamba_mixers(text):  # Falcon-H1: a Mamba mixer in every layer, no layer_types
         raise ConfigError(
             f"{key}={size}: the model ({model_config.get('model_type')!r}) has Mamba mixers, which carry state along "
             f"the row: its rows run padded, not packed, and Ulysses splits packed rows; set {key}=1."

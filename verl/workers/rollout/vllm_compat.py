@@ -231,7 +231,7 @@ def family_engine_kwargs(model_config: dict[str, Any] | None, on_cpu: bool) -> d
     caching off (its cache's "align" mode needs the chunked prefill the CPU engines run without: a new prompt longer
     than a cache block stopped the engine). A LLaVA-OneVision folder as transformers 5 writes it loads too
     (`load_transformers_tower_names`). The server and the judge lacked these, and failed on those families."""
-    from verl.models.config import recurrent_layer_types
+    from verl.models.config import has_mamba_mixers, recurrent_layer_types
 
     load_transformers_tower_names()
     model_config = model_config or {}
@@ -240,9 +240,10 @@ def family_engine_kwargs(model_config: dict[str, Any] | None, on_cpu: bool) -> d
     if overrides:
         kwargs["hf_overrides"] = overrides
     if on_cpu:
-        if recurrent_layer_types((model_config.get("text_config") or model_config).get("layer_types")):
+        text = model_config.get("text_config") or model_config
+        if recurrent_layer_types(text.get("layer_types")):
             kwargs.update(cpu_hybrid_engine_kwargs())
-        elif any(key.startswith("mamba_") for key in model_config):
+        elif has_mamba_mixers(text):
             kwargs["enable_prefix_caching"] = False
     return kwargs
 
