@@ -1111,7 +1111,8 @@ def test_a_reward_function_failing_in_the_last_steps_validation_saves_that_step(
     """The reward function raises on validation samples only (the validation set has other answers than the
     training data's); with trainer.val_before_train=false the first validation is the last step's, after its update
     and before the run's only save (trainer.save_freq=-1): the run stopped with no checkpoint, every step lost. The
-    trained step is saved first, with its data position, and the hint says the same command resumes from it."""
+    trained step is saved first, with its data position, and the hint says the same command resumes from it; its row
+    of training metrics is logged (a resume goes on after it: the row was lost for good)."""
     import torch
 
     from verl.trainer.main import main
@@ -1134,6 +1135,9 @@ def test_a_reward_function_failing_in_the_last_steps_validation_saves_that_step(
     )
     position = json.dumps(torch.load(saved / "dataloader.pt", weights_only=True), default=str)
     assert re.findall(r'"_num_yielded": (\d+)', position)[-1] == "2"  # both steps' batches drawn
+    rows = read_log(workspace["root"] / "validation_raising_reward")
+    assert [row["step"] for row in rows] == [1, 2], rows
+    assert "actor/pg_loss" in rows[1] and "critic/score/mean" in rows[1] and "val/reward_score" not in rows[1]
 
 
 @pytest.mark.parametrize("failing", ["estimator", "online_filtering", "estimator_weights_only"])

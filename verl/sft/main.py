@@ -248,6 +248,7 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                     except SFTDataError:  # the same for a validation row: this step, trained, saved first
                         failed = f"The validation after step {step}", "a resume goes on after it"
                         save_before_failed_step(group, trainer, step, data_state, ckpt_tracker, *failed)
+                        tracker.log(metrics, step=step)  # its row: a resume does not run it again
                         raise
                 if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
                     ckpt_tracker = save(

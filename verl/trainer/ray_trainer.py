@@ -757,6 +757,16 @@ class RayPPOTrainer:
             resume,
         )
 
+    def _log_step(self, batch: Any, metrics: dict[str, float], timing_raw: dict[str, float], num_devices: int) -> None:
+        """The step's row of metrics: its update's, its batch's statistics, timings, throughput and MFU."""
+        metrics.update(compute_data_metrics(batch, self.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing_raw))
+        all_devices = sum(worker_pools(self.config).values())  # with a rollout or reward model pool of their own
+        metrics.update(compute_throughput_metrics(batch, timing_raw, all_devices))
+        skipped = {"actor": metrics.get("actor/skipped_token_share", 0.0)}  # rows the update left out: not computed
+        metrics.update(compute_mfu_metrics(batch, timing_raw, num_devices, self.flops, skipped))
+        self.tracker.log(metrics, step=self.global_step)
+
     def _fit_step(
         self, progress: Any, num_devices: int, last_saved: int, last_validated: int, val_metrics: dict[str, float]
     ) -> tuple[int, int, dict[str, float]]:
@@ -783,8 +793,12 @@ class RayPPOTrainer:
         periodic = trainer.val_freq > 0 and self.global_step % trainer.val_freq == 0
         # the last step's validation goes in the step's own row (wandb drops a row for a step it has passed)
         if periodic or (is_last and (trainer.val_freq > 0 or self.val_dataloader is not None)):
-            with timer("validation", timing_raw):
-                val_metrics = self._validate_trained_step()
+            try:
+                with timer("validation", timing_raw):
+                    val_metrics = self._validate_trained_step()
+            except USER_ERRORS:  # this step is saved and a resume goes on after it: its row is logged first
+                self._log_step(batch, metrics, timing_raw, num_devices)
+                raise
             metrics.update(val_metrics)
             last_validated = self.global_step
         if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
@@ -793,13 +807,7 @@ class RayPPOTrainer:
             with timer("save_checkpoint", timing_raw):
                 self._save_checkpoint(score)
             last_saved = self.global_step
-        metrics.update(compute_data_metrics(batch, self.use_critic))
-        metrics.update(compute_timing_metrics(batch, timing_raw))
-        all_devices = sum(worker_pools(self.config).values())  # with a rollout or reward model pool of their own
-        metrics.update(compute_throughput_metrics(batch, timing_raw, all_devices))
-        skipped = {"actor": metrics.get("actor/skipped_token_share", 0.0)}  # rows the update left out: not computed
-        metrics.update(compute_mfu_metrics(batch, timing_raw, num_devices, self.flops, skipped))
-        self.tracker.log(metrics, step=self.global_step)
+        self._log_step(batch, metrics, timing_raw, num_devices)
         progress.set_postfix(
             reward=f"{metrics['critic/score/mean']:.3f}", tok_s=f"{metrics.get('perf/throughput', 0.0):.0f}"
         )
