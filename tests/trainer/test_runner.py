@@ -292,29 +292,42 @@ def test_a_resume_that_cannot_continue_the_saved_run_is_said_before_ray_starts(t
         runner._prepare_inputs(config)
 
 
-def test_prompts_in_flight_from_data_with_other_columns_are_refused_before_ray_starts(tmp_path):
+def test_prompts_in_flight_from_data_with_other_columns_are_refused_before_ray_starts(tmp_path, caplog):
     """An asynchronous checkpoint's prompts in flight are admitted beside the resumed run's rows: from data with
     another column (a difficulty added between the runs) the first step failed in DataProto.concat ("Cannot concat:
     ... non-tensor keys"), after every worker had started. Refused naming both; the same data resumes, and mode=sync
-    drops them."""
+    drops them. A changed prompt template is said: those prompts are regenerated with the saved run's text (the
+    warning on changed settings said the run goes on with the new ones)."""
     import numpy as np
     import torch
 
     from verl.models.tiny_models import get_or_build_tiny_model
     from verl.protocol import collate_fn
     from verl.trainer.async_trainer import IN_FLIGHT_FILE
+    from verl.trainer.checkpointing import saved_settings
 
     model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     row = {"prompt": "1+1?", "answer": "2"}
     colocated = ["worker.rollout.mode=colocated", "worker.rollout.max_staleness=1"]
-    loader = runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated))[0]  # no checkpoint yet
+    saved_run = one_row_run(tmp_path, row, model, *colocated)
+    loader = runner._prepare_inputs(saved_run)[0]  # no checkpoint yet
     rows = collate_fn([loader.dataset[0]])  # what the saved run admitted
     rows.non_tensor_batch["uid"] = np.array(["a"], dtype=object)
     step = tmp_path / "run" / "global_step_2"
     (step / "actor").mkdir(parents=True)
-    (step / "trainer_state.json").write_text("{}")
+    (step / "trainer_state.json").write_text(json.dumps({"settings": saved_settings(saved_run)}))
     torch.save(rows, step / IN_FLIGHT_FILE)
-    assert runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated))[4] == str(step)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        assert runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated))[4] == str(step)
+    assert "prompts in flight" not in caplog.text
+    template = tmp_path / "brief.jinja"
+    template.write_text("{{ content }} Answer briefly.")
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated, f"data.format_prompt={template}"))
+    assert (
+        f"data.format_prompt changed since {step} was saved: its 1 prompts in flight are regenerated from the rows the "
+        "saved run made" in caplog.text
+    )
     other = {**row, "difficulty": 2}
     with pytest.raises(
         ValueError, match=r"its 1 prompts in flight have the columns \['ground_truth', .*, and this run's "

@@ -3,6 +3,7 @@
 """Start or join Ray (RAY_ADDRESS, or already initialised), build the worker groups, reward runner, data loaders and
 loggers, then train. The resource check runs before any model loads."""
 
+import json
 import logging
 import math
 import os
@@ -25,6 +26,7 @@ from verl.trainer.checkpointing import (
     log_checkpoint_plan,
     nothing_to_train,
     resume_path,
+    saved_settings,
     step_of,
 )
 from verl.trainer.config import PPOConfig, admission_splits, round_size, worker_pools
@@ -206,10 +208,20 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
     return group
 
 
+IN_FLIGHT_ROW_KEYS = (
+    *(f"data.{key}" for key in ("train_files", "prompt_key", "answer_key", "image_key", "video_key", "tools_key")),
+    *(f"data.{key}" for key in ("image_dir", "video_fps", "video_max_frames", "min_pixels", "max_pixels")),
+    *(f"data.{key}" for key in ("format_prompt", "override_chat_template", "chat_template_kwargs")),
+    "worker.actor.model.tokenizer_path",
+)
+"""Settings that make a prompt's row (its rendered text, images, answer): prompts in flight keep the saved run's."""
+
+
 def _check_in_flight(config: PPOConfig, path: str) -> Any:
     """The prompts an asynchronous checkpoint had in flight (returned: None where it has none): dropped in mode=sync
     (said), and refused when there are more than the resumed run keeps in flight, when they do not split over its
-    ranks, or when they are padded to another data.max_prompt_length."""
+    ranks, or when they are padded to another data.max_prompt_length. Settings that made their rows changed: said
+    (the warning on changed settings says the run goes on with the new ones, and these prompts do not)."""
     in_flight = os.path.join(path, IN_FLIGHT_FILE)
     if not os.path.isfile(in_flight):
         return None
@@ -247,6 +259,19 @@ def _check_in_flight(config: PPOConfig, path: str) -> Any:
             f"and this run has {config.data.max_prompt_length}. Resume with the saved run's, or with "
             "worker.rollout.mode=sync, which drops them."
         )
+    if rollout.mode != "sync" and count:
+        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
+            saved = json.load(f).get("settings") or {}
+        now = saved_settings(config)
+        changed = [key for key in IN_FLIGHT_ROW_KEYS if key in saved and key in now and saved[key] != now[key]]
+        if changed:
+            logger.warning(
+                "%s changed since %s was saved: its %d prompts in flight are regenerated from the rows the saved run "
+                "made (their text, images and answers as they were); the prompts admitted after them get the new ones.",
+                ", ".join(changed),
+                path,
+                count,
+            )
     return rows
 
 
