@@ -110,7 +110,9 @@ def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str, titl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--log_dir", required=True, help="the run's folder (trainer.save_checkpoint_path), or its experiment_log.jsonl"
+        "--log_dir",
+        required=True,
+        help="the run's folder (trainer.save_checkpoint_path), or its experiment_log.jsonl (or val_only_log.jsonl)",
     )
     parser.add_argument("--output", required=True, help="the image to write (.png, .pdf, .svg, ...)")
     parser.add_argument(
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the validation metric to plot (default: val/accuracy_reward, else val/reward_score where the reward "
         "has no accuracy key)",
     )
-    parser.add_argument("--reward_key", default="critic/score/mean", help="the training metric to plot")
+    parser.add_argument("--reward_key", help="the training metric to plot (default: critic/score/mean)")
     args = parser.parse_args(argv)
     try:
         rows = by_step(read_rows(args.log_dir))
@@ -128,8 +130,16 @@ def main(argv: list[str] | None = None) -> int:
     logged = sorted({key for row in rows for key in row})
     if args.accuracy_key is None:
         args.accuracy_key = "val/accuracy_reward" if "val/accuracy_reward" in logged else "val/reward_score"
-    for option, key in (("--reward_key", args.reward_key), ("--accuracy_key", args.accuracy_key)):
-        if key not in logged and (option == "--reward_key" or any(name.startswith("val/") for name in logged)):
+    # a validation-only run's log (trainer.val_only=true, a row per checkpoint validated) has no training metric (a
+    # validation row may hold the first weight sync's check)
+    validation = ("step", "val", "rollout/weight_sync_")
+    training = args.reward_key is not None or any(not name.startswith(validation) for name in logged)
+    args.reward_key = args.reward_key or "critic/score/mean"
+    for option, key, needed in (
+        ("--reward_key", args.reward_key, training),
+        ("--accuracy_key", args.accuracy_key, any(name.startswith("val/") for name in logged)),
+    ):
+        if key not in logged and needed:
             print(f"plot_metrics: {option} {key} is not in the log; its metrics: {', '.join(logged)}", file=sys.stderr)
             return 2
     if os.path.isdir(args.output):  # matplotlib wrote <output>.png beside it, and this said it wrote <output>

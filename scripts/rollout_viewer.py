@@ -25,6 +25,12 @@ import sys
 STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 
 
+def step_files(rollout_dir: str) -> list[str]:
+    """The step_*.jsonl files in the folder `rollout_dir`, whose name is taken as it is (a run named `exp[1]` or
+    `lr*2`: as a glob pattern it matched another folder's files, or none)."""
+    return glob.glob(os.path.join(glob.escape(rollout_dir), "step_*.jsonl"))
+
+
 def read_records(rollout_dir: str) -> list[dict]:
     """Every sample of every step_N.jsonl under `rollout_dir`, in step order; or every record of one JSONL file
     (step 0 unless a record has its own)."""
@@ -34,7 +40,7 @@ def read_records(rollout_dir: str) -> list[dict]:
     if os.path.isfile(rollout_dir):
         match = STEP_FILE.search(os.path.basename(rollout_dir))
         files.append((int(match.group(1)) if match else 0, rollout_dir))
-    for path in glob.glob(os.path.join(rollout_dir, "step_*.jsonl")):
+    for path in step_files(rollout_dir):
         match = STEP_FILE.search(os.path.basename(path))
         if match:
             files.append((int(match.group(1)), path))
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         output = args.output or os.path.splitext(args.rollout_dir)[0] + ".html"
     else:
         output = args.output or os.path.join(args.rollout_dir, "index.html")
-    read = [args.rollout_dir] if os.path.isfile(args.rollout_dir) else glob.glob(f"{args.rollout_dir}/step_*.jsonl")
+    read = [args.rollout_dir] if os.path.isfile(args.rollout_dir) else step_files(args.rollout_dir)
     if os.path.exists(output) and any(os.path.samefile(output, path) for path in read):  # the page replaced them
         print(f"rollout_viewer: {output} is a records file it reads; choose another --output.", file=sys.stderr)
         return 2

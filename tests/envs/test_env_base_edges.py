@@ -69,6 +69,15 @@ def test_episode_info_must_be_a_dict_of_numbers_and_leave_the_trainers_counters_
             checked_info(info)
 
 
+def test_docs_metrics_md_defines_each_counter_the_trainer_logs():
+    """Each of the trainer's own episode counters is logged as env/<counter>/mean; docs/metrics.md's generic
+    `env/<name>/mean` row speaks of the environment's episode_info only, which may not even return these names."""
+    import pathlib
+
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert not [name for name in env_base.EPISODE_COUNTERS if f"`env/{name}/mean`" not in docs]
+
+
 class Hooks(MultiTurnEnv):
     """An environment whose hooks do what the test asks."""
 

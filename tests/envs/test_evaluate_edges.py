@@ -93,6 +93,102 @@ def test_an_env_step_timeout_of_0_is_no_limit():
     assert _within(-1, "late", slow) == "done"
 
 
+def test_a_client_episode_that_hangs_between_its_requests_stops_at_the_env_step_timeout():
+    """--env-step-timeout bounds a client-style episode's (a verifiers taskset's) work between two model requests, as
+    worker.rollout.env_step_timeout_s does in training; waiting for the endpoint does not count. (It bounded step
+    environments only: a hung tool of a verifiers episode hung evaluate for ever.)"""
+    import asyncio
+    import threading
+
+    from verl.envs import ChatClientEnv
+    from verl.envs.base import EnvStepTimeoutError
+    from verl.envs.evaluate import run_client_episode
+
+    class Hangs(ChatClientEnv):
+        async def rollout(self, client, model, messages, state):
+            await client.chat.completions.create(model=model, messages=messages)  # the endpoint takes its time
+            state["asked"] = True
+            await asyncio.Event().wait()  # a tool that never returns
+
+    async def create(**request):
+        await asyncio.sleep(0.6)  # longer than the limit: the endpoint's time is not the episode's
+        return reply("a")
+
+    client = types.SimpleNamespace(chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=create)))
+    setup = EpisodeSetup(row={}, prompt="p", images=[], model="m", max_turns=4, sampling={}, env_step_timeout_s=0.4)
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = run_client_episode(Hangs(), setup, lambda: client)
+        except BaseException as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the hung episode was not stopped"
+    assert isinstance(outcome.get("error"), EnvStepTimeoutError), outcome
+    assert (
+        "Hangs (--env): the episode did not ask the model again within --env-step-timeout 0.4 s after model turn 1"
+        in str(outcome["error"])
+    )
+
+
+@pytest.mark.parametrize("hook", ["reset", "episode_info"])
+@pytest.mark.parametrize("style", ["step", "client"])
+def test_a_reset_or_episode_info_that_hangs_stops_at_the_env_step_timeout(style, hook):
+    """An environment's `reset` (a container that never starts) or `episode_info` is bounded by --env-step-timeout, as
+    training bounds them by worker.rollout.env_step_timeout_s (evaluate waited for them for ever)."""
+    import threading
+
+    from verl.envs import ChatClientEnv, MultiTurnEnv
+    from verl.envs.base import EnvStepTimeoutError
+    from verl.envs.evaluate import run_client_episode, run_episode
+
+    gate = threading.Event()
+
+    class Hung:
+        def reset(self, row):
+            if hook == "reset":
+                gate.wait(60)
+            return {}
+
+        def episode_info(self, state):
+            if hook == "episode_info":
+                gate.wait(60)
+            return {}
+
+    class StepEnv(Hung, MultiTurnEnv):
+        def env_response(self, state, response):
+            return [], True
+
+    class ClientEnv(Hung, ChatClientEnv):
+        async def rollout(self, client, model, messages, state):
+            await client.chat.completions.create(model=model, messages=messages)
+
+    async def acreate(**request):
+        return reply("a")
+
+    setup = EpisodeSetup(row={}, prompt="p", images=[], model="m", max_turns=1, sampling={}, env_step_timeout_s=0.3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EnvStepTimeoutError, match=f"the {hook} .* did not finish within --env-step-timeout 0.3 s"):
+            if style == "step":
+                client = types.SimpleNamespace(
+                    chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=lambda **request: reply("a")))
+                )
+                run_episode(StepEnv(), setup, client)
+            else:
+                client = types.SimpleNamespace(
+                    chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=acreate))
+                )
+                run_client_episode(ClientEnv(), setup, lambda: client)
+    finally:
+        gate.set()
+    assert time.monotonic() - started < 30
+
+
 def test_a_reply_without_a_message_is_no_chat_completion():
     with pytest.raises(EndpointReplyError, match="the reply is no chat completion"):
         _completion(types.SimpleNamespace(choices=[types.SimpleNamespace(message=None)]))

@@ -445,6 +445,29 @@ def test_a_row_whose_task_data_does_not_match_the_taskset_is_refused_naming_the_
         run_evaluate(tmp_path, capsys, tasksets["probe"], data, "http://127.0.0.1:9/v1")
 
 
+def test_training_rows_without_the_tasks_data_are_refused_before_any_worker_naming_the_file_and_row(
+    tasksets, tmp_path
+):
+    """A validation set that is not the taskset's export (the base config's math set, or a row that lost its task
+    data) is refused as the run's inputs are checked, before Ray starts, naming the key, the file and the row; it
+    failed at the first validation inside every worker, after the engines had started (or steps into the run)."""
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.trainer import runner
+    from verl.trainer.config import load_config
+
+    root = tasksets["root"]
+    model = get_or_build_tiny_model("qwen2", str(root / "models"))
+    val = tmp_path / "val.jsonl"
+    val_rows = rows(root / "arith.jsonl")[:3]
+    del val_rows[1][TASK_COLUMN]
+    val.write_text("".join(json.dumps(row) + "\n" for row in val_rows))
+    args = train_args(root, "task_rows", tasksets["arith"], root / "arith.jsonl", model, f"data.val_files={val}")
+    with pytest.raises(ValueError, match=r"data.val_files: .*val.jsonl'?, row 1: verifiers taskset .* has no "):
+        runner._prepare_inputs(load_config(args))
+    args = train_args(root, "task_rows", tasksets["arith"], root / "arith.jsonl", model)
+    assert runner._prepare_inputs(load_config(args))[1] is not None  # the export itself passes
+
+
 def test_a_tool_call_runs_in_verifiers_tool_server_and_its_result_is_in_the_next_request(tasksets, tmp_path, capsys):
     """A tool call the model writes as text (as the engine gives it in training) and one the endpoint parsed both
     reach verifiers' harness as calls; its MCP tool server computes them and the next request carries the result

@@ -61,3 +61,18 @@ def test_values_from_zero_to_one_get_the_whole_unit_axis(script, tmp_path, monke
     rows[0]["critic/score/mean"] = -0.5  # a reward below 0: the axis follows the values
     script.plot(rows, str(tmp_path / "b.png"), "val/accuracy_reward", "critic/score/mean", "t")
     assert limits[0] == (-0.02, 1.02) and limits[1][0] < -0.5 and limits[1][1] < 1.0
+
+
+def test_a_validation_only_runs_log_is_plotted(script, tmp_path, capsys):
+    """trainer.val_only=true appends a row per validated checkpoint to val_only_log.jsonl, with no training metric:
+    the default --reward_key is not asked of it (it was refused, naming critic/score/mean), one given still is."""
+    rows = [
+        {"step": 2, "val/reward_score": 0.25, "val_response_length/mean": 8.0},
+        {"step": 4, "val/reward_score": 0.5, "rollout/weight_sync_max_gap": 0.0},
+    ]
+    (tmp_path / "val_only_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    log, output = str(tmp_path / "val_only_log.jsonl"), str(tmp_path / "a.png")
+    assert script.main(["--log_dir", log, "--output", output]) == 0
+    assert "val accuracy: first 0.250, last 0.500 (2 validations)" in capsys.readouterr().out
+    assert script.main(["--log_dir", log, "--output", output, "--reward_key", "critic/score/mean"]) == 2
+    assert "--reward_key critic/score/mean is not in the log" in capsys.readouterr().err

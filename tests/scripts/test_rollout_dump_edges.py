@@ -173,3 +173,15 @@ def test_a_records_file_elsewhere_embeds_its_images_and_a_nan_reward_is_no_value
     assert "<title>Rollouts: a&amp;b &lt;run&gt;</title>" in page
     data = json.loads(page.split('id="rollout-data">', 1)[1].split("</script>", 1)[0])
     assert data["records"][0]["reward"] is None and data["images"]["images/a.png"].startswith("data:image/png;base64,")
+
+
+@pytest.mark.parametrize("name", ["run[1]", "exp[a]", "lr*2?"])
+def test_a_folder_named_with_glob_characters_is_read_as_named(viewer, tmp_path, name):
+    """A run folder `run[1]` is not the pattern `run1`: its own records are read, not another folder's (or none)."""
+    (tmp_path / "run1").mkdir()
+    write_records(tmp_path / "run1" / "step_1.jsonl", [{"response": "another run's"}])
+    (tmp_path / name).mkdir()
+    write_records(tmp_path / name / "step_2.jsonl", [{"response": "its own"}])
+    assert [r["response"] for r in viewer.read_records(str(tmp_path / name))] == ["its own"]
+    assert viewer.main([str(tmp_path / name)]) == 0
+    assert "its own" in (tmp_path / name / "index.html").read_text()

@@ -248,6 +248,7 @@ def test_missing_config_file(files):
             r"algorithm.lam=0.95 .*adv_estimator=reinforce_plus_plus.*\(gae\)\.$",
         ),
         (["trainer.logger=[console,neptune]"], r"trainer.logger.*neptune"),
+        (["trainer.logger=[file,mlflow,file]"], r"'trainer.logger' lists file more than once"),
         (["data.rollout_batch_size=0"], r"data.rollout_batch_size.*positive"),
         (["worker.actor.max_grad_norm=-1"], r"worker.actor.max_grad_norm.*positive, got -1"),
         (["worker.actor.ppo_epochs=0"], r"worker.actor.ppo_epochs.*positive, got 0"),
@@ -1333,13 +1334,15 @@ def test_weights_cut_short_or_missing_shards_are_refused_naming_the_file(files, 
     ):
         load_config([*args, f"worker.actor.model.model_path={adapter}"])
     # the adapter model_merger.py --adapter_only writes beside a LoRA run's checkpoint: the merger merges it too
-    actor = tmp_path / "global_step_3" / "actor"
-    actor.mkdir(parents=True)
-    (actor / "__0_0.distcp").write_bytes(b"")
-    shutil.copytree(adapter, actor / "lora_adapter")
-    merge = f"python scripts/model_merger.py --local_dir {actor} writes the merged model to {actor}/huggingface"
-    with pytest.raises(ConfigError, match=re.escape(merge)):
-        load_config([*args, f"worker.actor.model.model_path={actor / 'lora_adapter'}"])
+    # (also in a run folder whose name a glob pattern would read otherwise: `lr[1e-6]`)
+    for run in ("run", "lr[1e-6]"):
+        actor = tmp_path / run / "global_step_3" / "actor"
+        actor.mkdir(parents=True)
+        (actor / "__0_0.distcp").write_bytes(b"")
+        shutil.copytree(adapter, actor / "lora_adapter")
+        merge = f"python scripts/model_merger.py --local_dir {actor} writes the merged model to {actor}/huggingface"
+        with pytest.raises(ConfigError, match=re.escape(merge)):
+            load_config([*args, f"worker.actor.model.model_path={actor / 'lora_adapter'}"])
 
 
 def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):

@@ -266,3 +266,58 @@ def test_an_episode_that_fails_on_the_rollout_pool_stops_the_run_naming_it_and_k
     assert not (root / "failing_disagg" / "global_step_3").exists()
     in_flight = torch.load(root / "failing_disagg" / "global_step_1" / "async_in_flight.pt", weights_only=False)
     assert len(in_flight) == 4  # step 2's prompts, admitted ahead, regenerated on resume
+
+
+DYING_GAME = """
+import os
+import signal
+import sys
+
+sys.path.insert(0, {examples!r})
+from guess_number import GuessNumber
+
+
+class DyingGame(GuessNumber):
+    '''The game, whose engine process dies (as by the OOM killer) at its 17th episode, the first admitted at step 2,
+    or with `in_validation` at the first episode of a validation.'''
+
+    episodes = 0
+
+    def __init__(self, in_validation=False):
+        self.in_validation = in_validation
+
+    def reset(self, row):
+        DyingGame.episodes += 1
+        validating = str(row.get("uid", "")).startswith("val-")
+        if (validating if self.in_validation else DyingGame.episodes == 17):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().reset(row)
+"""
+
+
+@pytest.mark.parametrize("when", ["admission", "validation"])
+def test_a_rollout_process_that_dies_saves_the_last_step_and_the_same_command_resumes(workspace, when):
+    """A rollout pool's engine process killed mid-run (at step 2's admission, or in the validation after step 1)
+    holds no training state: the trainer saves step 1, which its processes hold, with the prompts then in flight,
+    before the run stops naming the dead worker, and the run resumes from it. (With trainer.save_freq=-1, the
+    default, every step was lost.)"""
+    from tests.trainer.test_async_e2e import REPO, game_run_args
+    from verl.single_controller.ray.base import WorkerDiedError
+
+    root, name = workspace["root"], f"dying_disagg_{when}"
+    (root / "dying_game.py").write_text(DYING_GAME.format(examples=os.path.join(REPO, "examples", "envs")))
+    args = game_run_args(workspace, name, *DISAGGREGATED, "worker.rollout.max_staleness=1")
+    args = [arg for arg in args if not arg.startswith("worker.rollout.env=")]
+    dying = [f"worker.rollout.env={root / 'dying_game.py'}:DyingGame"]
+    if when == "validation":
+        dying += [f"data.val_files={root / 'train.jsonl'}", "trainer.val_freq=1"]
+        dying += ["worker.rollout.env_kwargs={in_validation: true}"]
+    with pytest.raises(WorkerDiedError, match="rank 0 died"):
+        run_ppo(load_config(one_process([*args, *dying])))
+    saved = root / name / "global_step_1"
+    assert (saved / "trainer_state.json").exists() and not (root / name / "global_step_2").exists()
+    assert len(torch.load(saved / "async_in_flight.pt", weights_only=False)) == 4  # admitted ahead at step 1
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    run_ppo(load_config(one_process([*args, f"worker.rollout.env={game}:GuessNumber", "trainer.max_steps=2"])))
+    # step 2 trained by the resumed run (step 1's row is the first run's, logged after its validation)
+    assert sorted(read_log(root / name)) == ([1, 2] if when == "admission" else [2])

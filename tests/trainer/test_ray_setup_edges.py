@@ -69,6 +69,17 @@ def test_a_client_or_job_api_address_is_refused_before_ray_starts(monkeypatch, a
     assert not ray.is_initialized()
 
 
+@pytest.mark.parametrize("address", ["headnode", "10.0.0.1", "head:port", ":6379"])
+def test_an_address_that_is_no_host_and_port_is_one_error_before_ray_starts(monkeypatch, address):
+    """A head's name without its port (the port forgotten) was Ray's `ValueError: Invalid address format` traceback."""
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    if ray.is_initialized():
+        pytest.skip("this process is connected to a Ray already")
+    with pytest.raises(SetupError, match=rf"RAY_ADDRESS={address} is no HOST:PORT: give the address `ray start"):
+        start_ray("cpu", 1, 5.0)
+    assert not ray.is_initialized()
+
+
 @pytest.mark.slow
 def test_a_local_cpu_ray_has_a_cpu_per_process_and_outlives_a_lost_store_by_the_grace(monkeypatch):
     """More worker processes than cores: the local Ray still gives each a logical CPU (else their actors wait forever);

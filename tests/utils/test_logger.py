@@ -412,6 +412,24 @@ def test_a_logger_mode_that_is_not_one_is_refused_before_anything_starts(monkeyp
     check_logger_services(["console"])  # not among the loggers: not checked
 
 
+def test_a_project_name_wandb_or_swanlab_refuses_is_found_before_anything_starts(monkeypatch):
+    """trainer.project_name=team/exp (or with # ? % :, or too long) passed every check and failed wandb.init (swanlab
+    takes still fewer characters: no space) only once the workers had loaded the models, with "fix its settings"."""
+    from verl.utils.logger.backends import check_logger_services
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("SWANLAB_MODE", "offline")
+    for logger, project, why in (
+        ("wandb", "team/math", "cannot contain characters"),
+        ("wandb", "p" * 129, "exceeded 128 characters"),
+        ("swanlab", "math run", "should match pattern"),
+    ):
+        with pytest.raises(ValueError, match=rf"has {logger}, which refuses trainer.project_name=.*{why}"):
+            check_logger_services(["console", logger], project)
+    check_logger_services(["console", "file", "tensorboard", "mlflow"], "team/math run")  # theirs take it
+    check_logger_services(["wandb", "swanlab"], "verl_compact-2.0")
+
+
 def test_a_backend_that_fails_to_start_is_one_error_naming_it(tmp_path, monkeypatch):
     """An MLflow run id that does not exist, a tracking server that is down: the backend's own exception and stack
     came out of the trainer once its workers were up (and SFT left its workers running)."""

@@ -26,6 +26,7 @@ import re
 import secrets
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,6 +309,15 @@ def _within(timeout_s: float, late: str, call: Any, *args: Any, **kwargs: Any) -
     return outcome["value"]
 
 
+def _env_call(
+    setup: EpisodeSetup, env: Environment, name: str, hook: str, where: str, *args: Any, **kwargs: Any
+) -> Any:
+    """`call_env(env, name, hook, where, *args, **kwargs)` within setup.env_step_timeout_s (`_within`), as training
+    bounds an environment's `reset`, `step` and `episode_info` by worker.rollout.env_step_timeout_s."""
+    late = f"{name}: the {hook} {where} did not finish within --env-step-timeout {setup.env_step_timeout_s:g} s"
+    return _within(setup.env_step_timeout_s, late, call_env, env, name, hook, where, *args, **kwargs)
+
+
 class ResponseBudget:
     """--response-length, training's shared response budget (rollout.response_length): the tokens after the prompt,
     the model's and the environment's together, counted as the endpoint counts them (`usage`). As in training, a
@@ -420,9 +430,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
     training (their tool results counted in cut_tool_messages)."""
     name = f"{type(env).__name__} (--env)"
-    state = call_env(
-        env, name, "reset", "for the row", {**setup.row, "prompt_images": list(setup.images)}
-    )  # as training does
+    state = _env_call(setup, env, name, "reset", "for the row", {**setup.row, "prompt_images": list(setup.images)})
     messages: list[dict[str, Any]] = [*setup.context, prompt_message(setup.prompt, setup.images)]
     extra = {"tools": setup.tools} if setup.tools is not None else {}
     counts = _new_counts()
@@ -449,19 +457,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         counts["turns"] += 1
         if budget is not None and budget.over:  # the budget cut the turn: over, truncated, no step (as in training)
             break
-        where = f"after model turn {turn + 1}"
-        step = _within(
-            setup.env_step_timeout_s,
-            f"{name}: the step {where} did not finish within --env-step-timeout {setup.env_step_timeout_s:g} s",
-            call_env,
-            env,
-            name,
-            "step",
-            where,
-            state,
-            text,
-            check=checked_step,
-        )
+        step = _env_call(setup, env, name, "step", f"after model turn {turn + 1}", state, text, check=checked_step)
         counts["tool_calls"] += step.tool_calls
         counts["tool_errors"] += step.tool_errors
         shown = _resized_images(step.messages, *setup.pixels)  # as training's rollout resizes them
@@ -472,7 +468,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
             break
         messages.extend(answered(messages[-1], shown))
         pending = shown
-    info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
+    info = _env_call(setup, env, name, "episode_info", "at the episode's end", state, check=checked_info)
     return EpisodeResult(counts, info, transcript, images, tokens, text)
 
 
@@ -495,7 +491,8 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     """One episode of a ChatClientEnv: its `rollout` with an async client from `make_client()` (made in the episode's
     loop). Requests get `setup.sampling` (`client_request`); one past `setup.max_turns` ends the episode (its new
     messages kept, marked cut). Text prompts only, as in training. What `rollout` raises becomes an EnvCodeError, as
-    in training, except EpisodeOver, NotImplementedError and the endpoint's own errors (openai.APIError)."""
+    in training, except EpisodeOver, NotImplementedError and the endpoint's own errors (openai.APIError); its work
+    between two requests past setup.env_step_timeout_s is an EnvStepTimeoutError."""
     import openai
 
     if setup.images:
@@ -504,7 +501,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             f"{len(setup.images)} images."
         )
     name = f"{type(env).__name__} (--env)"
-    state = call_env(env, name, "reset", "for the row", {**setup.row, "prompt_images": []})
+    state = _env_call(setup, env, name, "reset", "for the row", {**setup.row, "prompt_images": []})
     counts = _new_counts()
     seen: list[dict[str, Any]] = []  # the last answered request and its reply
     written: list[dict[str, Any]] = []  # each reply as the model wrote it, tool calls as blocks in its text
@@ -512,11 +509,19 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     usage = {"tokens": 0, "text": ""}
     first = [*setup.context, {"role": "user", "content": setup.prompt}]
     budget = ResponseBudget(setup.response_length) if setup.response_length else None
+    clock = {"since": time.monotonic(), "asking": False}
 
     async def episode() -> None:
         client = make_client()
 
         async def create(**request: Any) -> Any:
+            clock["asking"] = True
+            try:
+                return await ask(**request)
+            finally:  # the episode has control back: its work from here counts towards --env-step-timeout
+                clock["asking"], clock["since"] = False, time.monotonic()
+
+        async def ask(**request: Any) -> Any:
             sent = list(request.get("messages", []))
             if budget is not None and budget.over:  # a turn it cut ended the episode (as in training)
                 raise EpisodeOver(f"the --response-length={budget.total} tokens are spent")
@@ -538,8 +543,13 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             return reply
 
         try:
-            await env.rollout(chat_client(create), setup.model, first, state)
-        except (EpisodeOver, NotImplementedError, EnvCodeError, openai.APIError):
+            timeout = setup.env_step_timeout_s
+            overdue = lambda: (  # noqa: E731
+                f"{name}: the episode did not ask the model again within --env-step-timeout {timeout:g} s after "
+                f"model turn {counts['turns']}"
+            )
+            await _working_within(env.rollout(chat_client(create), setup.model, first, state), clock, timeout, overdue)
+        except (EpisodeOver, NotImplementedError, EnvCodeError, EnvStepTimeoutError, openai.APIError):
             raise
         except Exception as error:  # the environment's own code (a verifiers episode that failed, ...)
             raise env_code_error(name, "rollout", f"in the episode (turn {counts['turns'] + 1})", error) from error
@@ -555,8 +565,24 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
         late = refused[len(seen) :]
         transcript += transcript_messages(late, len(images), cut=True)
         counts["cut_tool_messages"] += _tool_messages(late)
-    info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
+    info = _env_call(setup, env, name, "episode_info", "at the episode's end", state, check=checked_info)
     return EpisodeResult(counts, info, transcript, images, usage["tokens"], usage["text"])
+
+
+async def _working_within(episode: Any, clock: dict[str, Any], timeout_s: float, late: Any) -> None:
+    """Await a client-style `episode` coroutine; EnvStepTimeoutError (`late()`: its message) once it has worked
+    `timeout_s` (<= 0: no limit) without asking the model since it last had control back (`clock`: "since" then,
+    "asking" while a request waits for the endpoint), as worker.rollout.env_step_timeout_s bounds it in training."""
+    task = asyncio.ensure_future(episode)
+    if not 0 < timeout_s < math.inf:
+        return await task
+    while not task.done():
+        left = timeout_s if clock["asking"] else clock["since"] + timeout_s - time.monotonic()
+        await asyncio.wait({task}, timeout=max(left, 0.0))
+        if not task.done() and not clock["asking"] and time.monotonic() - clock["since"] >= timeout_s:
+            task.cancel()  # (a coroutine that blocks the event loop itself cannot be stopped, as in training)
+            raise EnvStepTimeoutError(late())
+    return task.result()
 
 
 def as_written(messages: list[Any], written: list[dict[str, Any]]) -> list[Any]:

@@ -429,7 +429,8 @@ def adapter_folder(path: str) -> str | None:
         return None
     of = f" of {base}" if isinstance(base, str) and base else ""
     actor = os.path.dirname(os.path.normpath(os.path.expanduser(path)))
-    if os.path.basename(os.path.normpath(path)) == "lora_adapter" and glob.glob(os.path.join(actor, "*.distcp")):
+    shards = glob.glob(os.path.join(glob.escape(actor), "*.distcp"))  # (a run folder `lr[1e-6]` is no pattern)
+    if os.path.basename(os.path.normpath(path)) == "lora_adapter" and shards:
         # what model_merger.py --adapter_only writes beside a LoRA run's checkpoint
         merge = f"python scripts/model_merger.py --local_dir {actor} writes the merged model to {actor}/huggingface"
     else:

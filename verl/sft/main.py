@@ -159,7 +159,8 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         if not export_owed(trainer, resume):
             return {}  # a finished run's command again: it neither trains past max_steps nor exports again
     with as_config_error(ValueError):  # online logging asked for explicitly, and its service cannot be reached
-        check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
+        # an unreachable wandb / swanlab logs offline, said before Ray starts
+        check_logger_services(trainer.logger, trainer.project_name)
     weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]
     log_checkpoint_plan(trainer, None if lora else checkpoint_size_estimate(weights, False))
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)

@@ -448,6 +448,12 @@ class BaseTrainerConfig:
         require_non_negative(self, prefix, "stall_report_s", "signal_grace_s")
         require_choice(self, prefix, "device", DEVICES)
         require_choice(self, prefix, "logger", LOGGERS)
+        repeated = sorted({name for name in self.logger if self.logger.count(name) > 1})
+        if repeated:  # a second mlflow failed after the workers had started ("run already active"), a second
+            # tensorboard or wandb left a first run open beside it
+            raise ConfigError(
+                f"Config key '{prefix}logger' lists {', '.join(repeated)} more than once; name each once."
+            )
 
     def check_files(self, prefix: str) -> None:
         require_writable_dir(self, prefix, "save_checkpoint_path")

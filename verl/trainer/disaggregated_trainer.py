@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from verl.protocol import DataProto
+from verl.single_controller.ray.base import WorkerDiedError
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
 from verl.trainer.checkpointing import atomic_write
 from verl.trainer.metrics import append_metrics
@@ -80,9 +81,17 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         poll = functools.partial(self.rollout_wg.poll, request, _POLL_WAIT_S)
         return self._taken(self._collect_polls(poll, metrics))
 
+    def _trainer_survives(self, error: WorkerDiedError) -> bool:
+        return error.group is not None and error.group == getattr(self.rollout_wg, "_name_prefix", None)
+
     def _write_run_state(self, path: str) -> None:
         super()._write_run_state(path)
-        generate, validate = zip(*self.rollout_wg.execute_all("seed_counts"))
+        try:
+            counts = self.rollout_wg.execute_all("seed_counts")
+        except WorkerDiedError as error:  # saved after a rollout process died: a resume's engines seed afresh
+            logger.warning("The rollout engines' seed counts are not saved with %s: %s", path, error)
+            return
+        generate, validate = zip(*counts)
         counters = {"generate_calls": list(generate), "validate_calls": list(validate)}
         atomic_write(os.path.join(path, ENGINES_FILE), lambda f: f.write(json.dumps(counters)))
 

@@ -167,12 +167,18 @@ CONNECT_CHECK_S = 10.0
 
 def _check_answers(address: str) -> None:
     """A SetupError where RAY_ADDRESS's host:port accepts no connection (Ray itself retries for minutes, printing its
-    own warnings, and outlives a first SIGTERM meanwhile); "auto" and other forms are left to Ray."""
+    own warnings, and outlives a first SIGTERM meanwhile), or is no host:port ("auto" is left to Ray; another form,
+    a host without its port, was Ray's ValueError traceback)."""
     import socket
 
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if address == "auto":
         return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit():
+        raise SetupError(
+            f"RAY_ADDRESS={address} is no HOST:PORT: give the address `ray start --head` printed (e.g. "
+            "10.0.0.1:6379), or unset RAY_ADDRESS to run on this machine alone."
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S).close()
     except OSError as error:

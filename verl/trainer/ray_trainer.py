@@ -703,38 +703,56 @@ class RayPPOTrainer:
         """The data position a save of the step before a failed one records: the loader's before the failed step."""
         return loader_state
 
-    def _save_before_failed_step(self, loader_state: dict[str, Any], last_saved: int) -> None:
-        """Step N failed in the user's code, data or settings before its update: save step N-1 (the weights the
-        workers hold) unless saved, with the data position before step N, so that a resume runs step N again. (The
-        engines' seed counters have moved on: the retried step samples afresh.)"""
+    def _save_before_failed_step(
+        self, loader_state: dict[str, Any], last_saved: int, cause: str = "the user's code"
+    ) -> None:
+        """Step N failed in the user's code, data or settings (`cause`) before its update: save step N-1 (the weights
+        the workers hold) unless saved, with the data position before step N, so that a resume runs step N again.
+        (The engines' seed counters have moved on: the retried step samples afresh.)"""
         done = self.global_step - 1
         if done > 0 and last_saved != done:
-            self._save_before_error(done, f"Step {done + 1}", f"a resume runs step {done + 1} again", loader_state)
+            resume = f"a resume runs step {done + 1} again"
+            self._save_before_error(done, f"Step {done + 1}", resume, loader_state, cause=cause)
+
+    def _trainer_survives(self, error: WorkerDiedError) -> bool:
+        """Whether the processes that hold the trained models outlive the death `error` reports (a rollout pool's
+        engine process, mode=disaggregated): then the last step can be saved before the run stops."""
+        return False
 
     def _validate_trained_step(self) -> dict[str, float]:
         """`validate` after this step's update. The user's code or data failing in it (a reward function, an
         environment, a validation row) saves this step first, where the last step's validation came before the run's
-        only save (trainer.save_freq=-1)."""
+        only save (trainer.save_freq=-1); so does a rollout pool's process dying in it (`_trainer_survives`)."""
         try:
             return self.validate()
-        except USER_ERRORS:
+        except (*USER_ERRORS, WorkerDiedError) as error:
+            died = isinstance(error, WorkerDiedError)
+            if died and not self._trainer_survives(error):
+                raise
             path = step_dir(self.config.trainer.save_checkpoint_path, self.global_step)
             resume = (
                 "a resume goes on after it without this validation (trainer.val_only=true with "
                 f"trainer.load_checkpoint_path={path} runs it)"
             )
             failed = f"The validation after step {self.global_step}"
-            self._save_before_error(self.global_step, failed, resume, release=True)
+            cause = "a dead rollout process" if died else "the user's code"
+            self._save_before_error(self.global_step, failed, resume, release=not died, cause=cause)
             raise
 
     def _save_before_error(
-        self, step: int, failed: str, resume: str, loader_state: Any = None, release: bool = False
+        self,
+        step: int,
+        failed: str,
+        resume: str,
+        loader_state: Any = None,
+        release: bool = False,
+        cause: str = "the user's code",
     ) -> None:
-        """Save `step`, the weights the workers hold, before an error in the user's code (in `failed`) goes up, and
-        say so (`resume`: where a resume goes on); with `loader_state`, the data position it records. Without it a run
-        with trainer.save_freq=-1 (the default) lost every step. A save that fails is logged: the error that stopped
-        the run is the one to report. `release`: the engine, done generating, goes to sleep first (the RNG as before
-        it), as at the end of a validation."""
+        """Save `step`, the weights the workers hold, before an error in `cause` (the user's code, in `failed`) goes
+        up, and say so (`resume`: where a resume goes on); with `loader_state`, the data position it records. Without
+        it a run with trainer.save_freq=-1 (the default) lost every step. A save that fails is logged: the error that
+        stopped the run is the one to report. `release`: the engine, done generating, goes to sleep first (the RNG as
+        before it), as at the end of a validation."""
         self.global_step, self._loader_state_to_save = step, loader_state
         try:
             if release:
@@ -749,9 +767,9 @@ class RayPPOTrainer:
             resume = "its weights only (trainer.save_model_only=true), which a run cannot resume from"
         path = step_dir(self.config.trainer.save_checkpoint_path, step)
         logger.error(
-            "%s stopped in the user's code (the error follows); step %d, which the workers hold, is saved to %s "
-            "first: %s.",
+            "%s stopped in %s (the error follows); step %d, which the workers hold, is saved to %s first: %s.",
             failed,
+            cause,
             step,
             path,
             resume,
@@ -784,6 +802,12 @@ class RayPPOTrainer:
                 if not self.updating:  # a user's loss fails in the update: not saved
                     self._save_before_failed_step(self._position_before_failed_step(before), last_saved)
                 raise
+            except WorkerDiedError as error:
+                # a rollout pool's engine process: the trainer's still hold the last step's weights
+                if not self.updating and self._trainer_survives(error):
+                    position = self._position_before_failed_step(before)
+                    self._save_before_failed_step(position, last_saved, "a dead rollout process")
+                raise
             if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
                 with timer("dump_rollouts", timing_raw):
                     dump_rollouts(batch, self.global_step, trainer.rollout_data_dir, self.tokenizer)
@@ -796,8 +820,9 @@ class RayPPOTrainer:
             try:
                 with timer("validation", timing_raw):
                     val_metrics = self._validate_trained_step()
-            except USER_ERRORS:  # this step is saved and a resume goes on after it: its row is logged first
-                self._log_step(batch, metrics, timing_raw, num_devices)
+            except BaseException:
+                if self.ckpt_tracker.last_global_step == self.global_step:  # saved first: a resume goes on after it
+                    self._log_step(batch, metrics, timing_raw, num_devices)
                 raise
             metrics.update(val_metrics)
             last_validated = self.global_step

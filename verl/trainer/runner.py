@@ -349,7 +349,8 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
             check_matches_run(path, critic_model.model_path, critic_model.lora, "worker.critic.model", role="critic")
         if not config.trainer.val_only:  # a validation trains none of them: any mode and round size may validate it
             in_flight = _check_in_flight(config, path)
-    check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
+    # an unreachable wandb / swanlab logs offline, said now; a project name either refuses, before Ray starts
+    check_logger_services(trainer_config.logger, trainer_config.project_name)
     data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
     tokenizer = get_tokenizer(model.tokenizer_path, **options)
@@ -391,9 +392,9 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     if in_flight is not None:
         _check_in_flight_columns(config, path, in_flight, train_dataloader.dataset)
     if client_env:
-        _check_client_env_prompts(
-            rollout.env, [("data.train_files", train_dataloader), ("data.val_files", val_dataloader)]
-        )
+        loaders = [("data.train_files", train_dataloader), ("data.val_files", val_dataloader)]
+        _check_client_env_prompts(rollout.env, loaders)
+        _check_task_rows(env, loaders)
     unused = [] if rollout.env else train_dataloader.dataset.agent_loop_fields()
     if unused:
         logger.warning(
@@ -420,6 +421,31 @@ def _check_client_env_prompts(env: str, loaders: list[tuple[str, Any]]) -> None:
             "(verl.envs) for prompts with images or videos, or point data.image_key / data.video_key at no column to "
             "train on the text alone."
         )
+
+
+def _check_task_rows(env: Any, loaders: list[tuple[str, Any]]) -> None:
+    """A verifiers taskset's episodes start from each row's task data (`VerifiersEnv.reset`): a row without it (a
+    validation set of another task, as the base config's) or with data that does not fit the taskset is refused here,
+    naming the key, file and row, not at its first rollout inside every worker (a validation's: after every engine
+    had started, or steps into the run)."""
+    from verl.envs.base import EnvRowError
+    from verl.envs.verifiers_env import VerifiersEnv
+
+    if not isinstance(env, VerifiersEnv):
+        return
+    for key, loader in loaders:
+        dataset = getattr(loader, "dataset", None)
+        if dataset is None:
+            continue
+        kept, source = set(dataset.indices), dataset.source
+        for start in range(0, len(source), 1024):
+            for index, row in enumerate(source.rows_in(start, min(start + 1024, len(source))), start=start):
+                if index not in kept:  # a row the dataset leaves out (an overlong prompt) never starts an episode
+                    continue
+                try:
+                    env.reset(row)
+                except EnvRowError as error:
+                    raise ValueError(f"{key}: {source.where(index)}: {error}") from None
 
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:

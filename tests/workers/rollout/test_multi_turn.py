@@ -151,8 +151,9 @@ class ClientCountdown(ChatClientEnv):
     """Countdown written in the client style: the episode asks the model for each turn itself."""
 
     def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False, hang_episode=None,
-                 raise_episode=None, template_kwargs=None, misuse=None):
+                 raise_episode=None, template_kwargs=None, misuse=None, gate_row=None):
         self.rounds, self.edit_history, self.first_messages, self.forever = rounds, edit_history, first_messages, forever
+        self.gate_row, self.gate = gate_row, threading.Event()  # that row's episodes ask past `rounds` once it is set
         self.misuse = misuse  # a client used wrongly at the second turn (see rollout)
         self.extra = {} if template_kwargs is None else {"extra_body": {"chat_template_kwargs": template_kwargs}}
         self.hang_episode = hang_episode  # this episode awaits, after its first reply, what never comes
@@ -196,6 +197,8 @@ class ClientCountdown(ChatClientEnv):
             state["replies"].append((text, reply.choices[0].finish_reason))
             if turn >= self.rounds and not self.forever:
                 return
+            if turn >= self.rounds and state["row"]["ground_truth"] == self.gate_row:
+                await asyncio.to_thread(self.gate.wait, 60)
             if self.hang_episode is not None and self.states[self.hang_episode] is state:
                 await asyncio.Event().wait()
             if self.raise_episode is not None and self.states[self.raise_episode] is state:
@@ -861,6 +864,32 @@ def test_asynchronous_client_episodes_release_what_they_share_when_the_rollout_c
     finally:
         engine.env = step_env
         engine.request_loop.turns = None
+
+
+def test_a_client_episode_refused_after_a_long_pause_between_asynchronous_calls_is_not_timed_out(rollout):
+    """Colocated asynchronous calls with a training step between them: an episode asks past its max_turns (the
+    request is refused with EpisodeOver, as a verifiers harness is told its context is full) after the call that
+    answered its last turn returned. The pause between the calls is the trainer's, not the episode's work: the next
+    call ends the episode. (Its refusal was timed from the episode's last reply, across the pause: a step longer than
+    worker.rollout.env_step_timeout_s stopped the run with "did not finish its environment step".)"""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    prompts.non_tensor_batch["uid"] = np.array(["u0", "u1"], dtype=object)
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
+    engine.config.env_step_timeout_s = 0.5
+    engine.request_loop.turns = None
+    try:
+        env = _with_env(engine, "ClientCountdown", forever=True, gate_row="9")
+        first = engine.generate_async(prompts, RolloutRequest(quota=1, max_staleness=1))["batch"]
+        assert list(first.non_tensor_batch["uid"]) == ["u0", "u0"]  # the other row's episodes wait at the gate
+        env.gate.set()  # they ask for a 4th turn now, while the trainer trains
+        time.sleep(1.0)  # a step longer than env_step_timeout_s
+        second = engine.generate_async(prompts[:0], RolloutRequest(version=1, quota=1, max_staleness=1))["batch"]
+        assert list(second.non_tensor_batch["uid"]) == ["u1", "u1"]
+        assert list(second.non_tensor_batch["env_turns"]) == [3, 3]
+    finally:
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout
+        engine.request_loop.clear()
 
 
 def test_client_style_episodes_start_from_the_prompts_messages():

@@ -34,6 +34,11 @@ _PEER_DEATH_GRACE_S = 10.0
 class WorkerDiedError(RuntimeError):
     """A worker process of a group died during a call (kill -9, the OOM killer, a crash in native code)."""
 
+    def __init__(self, message: str, group: str | None = None) -> None:
+        super().__init__(message)
+        self.group = group
+        """The name prefix of the worker group whose process died (None: not a worker group's)."""
+
 
 class RayClassWithInitArgs:
     """A worker class with the arguments its constructor gets on every rank (nothing is constructed yet)."""
@@ -195,12 +200,14 @@ class RayWorkerGroup(WorkerGroup):
         except ray.exceptions.ActorDiedError as err:
             raise WorkerDiedError(
                 f"Worker {self._name_prefix} rank {rank} died (killed, or out of memory: check the "
-                f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
+                f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}",
+                self._name_prefix,
             ) from None
         except ray.exceptions.ActorUnavailableError as err:  # its node's raylet died (killed, `ray stop`, OOM)
             raise WorkerDiedError(
                 f"Worker {self._name_prefix} rank {rank} cannot be reached: Ray's daemons on its node stopped "
-                f"(`ray stop`, killed, or out of memory: check `dmesg`); the run cannot continue. Ray said: {err}"
+                f"(`ray stop`, killed, or out of memory: check `dmesg`); the run cannot continue. Ray said: {err}",
+                self._name_prefix,
             ) from None
 
     # ------------------------------------------------------------------ public

@@ -275,8 +275,32 @@ LOGGER_PACKAGES = {
 """trainer.logger entry -> (the module it imports, what pip installs it as when not the module's name)."""
 
 
-def check_logger_services(loggers: list[str]) -> None:
-    """Before Ray starts: each backend's package is installed and the folder a variable names for it is writable;
+def project_name_problem(logger_name: str, project: str) -> str | None:
+    """Why wandb or swanlab refuses `project` as a project name (by its own check: wandb takes up to 128 characters
+    without / \\ # ? % :, swanlab 1 to 100 letters, digits and _ - + .), or None."""
+    try:
+        if logger_name == "wandb":
+            import wandb
+
+            wandb.Settings(project=project)
+        elif logger_name == "swanlab":
+            from pydantic import TypeAdapter, ValidationError
+            from swanlab.sdk.internal.pkg.constraints import ProjectName
+
+            try:
+                TypeAdapter(ProjectName).validate_python(project)
+            except ValidationError as error:
+                return error.errors()[0]["msg"]
+    except ImportError:  # another layout of the package: its own start says it
+        return None
+    except Exception as error:  # wandb's UsageError
+        return " ".join(str(error).split())
+    return None
+
+
+def check_logger_services(loggers: list[str], project: str | None = None) -> None:
+    """Before Ray starts: each backend's package is installed, takes `project` (trainer.project_name) as a project
+    name, and the folder a variable names for it is writable;
     wandb or swanlab about to log online (credentials found, no mode set) whose service cannot be
     reached is switched to offline (WANDB_MODE / SWANLAB_MODE) with a warning, instead of failing minutes later. A mode
     the user set to online explicitly is an error naming the variable."""
@@ -286,6 +310,13 @@ def check_logger_services(loggers: list[str]) -> None:
             raise ValueError(
                 f"trainer.logger has {name}, but the {package} package is not installed: pip install "
                 f"'verl-compact[loggers]' (or {extra or package}), or drop {name} from trainer.logger."
+            )
+    for name in ("wandb", "swanlab"):  # else refused by the backend's start, once the workers had loaded the models
+        problem = project_name_problem(name, project) if name in loggers and project is not None else None
+        if problem is not None:
+            raise ValueError(
+                f"trainer.logger has {name}, which refuses trainer.project_name={project!r} as a project name "
+                f"({problem}); choose another trainer.project_name, or drop {name} from trainer.logger."
             )
     for name, variable in (("tensorboard", "TENSORBOARD_DIR"), ("swanlab", "SWANLAB_DIR")):
         if name in loggers and os.environ.get(variable):

@@ -206,7 +206,7 @@ class _Conversation:
     asked: bool = False
     """The coroutine has sent a request (one that was accepted)."""
     working_since: float = field(default_factory=time.monotonic)
-    """When the coroutine last got control back (its start, or its latest reply)."""
+    """When the coroutine last got control back (its start, its latest reply, or a refusal of its request)."""
     done: bool = False
     tools: str | None = None
     """The first request's tools as JSON: the model's context shows their schemas, so later requests keep them."""
@@ -333,6 +333,9 @@ class ClientTurns(TurnHooks):
             # the coroutine gets it, from its client's create (TypeError, NotImplementedError: an image part that
             # holds no image, a video part)
             except (EpisodeOver, ValueError, TypeError, NotImplementedError) as err:
+                # the coroutine has control back from now (a refusal read after a pause between asynchronous calls,
+                # a training step, must not count that pause as its work)
+                conversation.working_since = time.monotonic()
                 self._answer(future, error=err)
                 continue
             conversation.request, conversation.asked = (future, limit, calls_read), True
