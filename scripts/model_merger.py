@@ -132,21 +132,23 @@ def merge_lora(
     from verl.models.lora import lora_merge_plan_from_names, lora_scaling, merge_weight, peft_adapter_state
 
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
-    state = _load_checkpoint_tensors(local_dir)
+    base_path = base_model or adapter_config.get("base_model_name_or_path")
+    if base_model and os.path.isdir(base_model):  # a local folder: the adapter config's path read from any folder
+        base_path = os.path.abspath(base_model)
     if adapter_only:
+        if base_path:  # the base the adapter config names: the adapters on other weights make a model nobody trained
+            _check_trained_on(local_dir, base_path)
+        state = _load_checkpoint_tensors(local_dir)
         torch_dtype = getattr(torch, torch_dtype_name(dtype))
         adapter = {name: tensor.to(torch_dtype).contiguous() for name, tensor in peft_adapter_state(state).items()}
         os.makedirs(target_dir, exist_ok=True)
         save_file(adapter, os.path.join(target_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
-        config = dict(
-            adapter_config, base_model_name_or_path=base_model or adapter_config.get("base_model_name_or_path")
-        )
+        config = dict(adapter_config, base_model_name_or_path=base_path)
         with open(os.path.join(target_dir, "adapter_config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2, sort_keys=True)
         _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))
         open_as_umask(target_dir)  # safetensors writes 0600
         return target_dir
-    base_path = base_model or adapter_config.get("base_model_name_or_path")
     if not base_path:
         raise ValueError(
             f"'{local_dir}/adapter_config.json' names no base model; pass --base_model (the run's model_path)."
@@ -157,6 +159,7 @@ def merge_lora(
             "current location."
         )
     _check_trained_on(local_dir, base_path)
+    state = _load_checkpoint_tensors(local_dir)
     scaling = lora_scaling(adapter_config)
     config = _auto_config(hf_dir, trust_remote_code)
     try:  # a missing folder or hub id, not a write error
@@ -327,7 +330,8 @@ def merge(
     import torch
 
     torch_dtype = getattr(torch, torch_dtype_name(dtype))
-    local_dir = os.path.abspath(local_dir)
+    # the folder itself, not a link to it (a `latest` symlink): the step whose record an export into it rewrites
+    local_dir = os.path.realpath(local_dir)
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
         raise FileNotFoundError(not_a_checkpoint(local_dir))
@@ -466,12 +470,14 @@ def _earlier_export(target_dir: str, own: bool, hf_dir: str) -> list[str]:
 
 def _recorded(local_dir: str, target_dir: str) -> str:
     """`target_dir`; where it is the checkpoint's own huggingface/ (the default), its files are recorded anew in the
-    step's integrity record, so that the rewritten config files do not make the checkpoint read as damaged."""
+    step's integrity record, so that the rewritten config files do not make the checkpoint read as damaged; the
+    export's weights are left out (no part of the checkpoint: removed to free the space, they made the step read as
+    damaged, and a run resumed from the step before it)."""
     from verl.utils.checkpoint.integrity import write_record
 
     if target_dir == os.path.join(local_dir, HF_SUBDIR):
         step_path, role = os.path.split(local_dir)
-        write_record(step_path, under=os.path.join(role, HF_SUBDIR))
+        write_record(step_path, under=os.path.join(role, HF_SUBDIR), leave_out=WEIGHT_FILE_SUFFIXES)
     return target_dir
 
 

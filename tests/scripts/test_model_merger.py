@@ -164,6 +164,53 @@ def test_a_lora_merge_adds_the_scaled_adapters_and_writes_the_dtype_asked_for(ch
         )
 
 
+def test_adapters_alone_are_refused_for_a_base_model_of_other_weights_as_a_merge_is(
+    checkpoint, tmp_path, monkeypatch
+) -> None:
+    """--adapter_only named any --base_model (or a run's model_path that now holds other weights) in the adapter
+    config without a check, where the merge refuses it: peft and vLLM then put the adapters on weights they were not
+    trained on, and nothing said so. A relative --base_model was written as given, which peft's AutoPeftModel reads
+    from the folder it runs in (or as a Hub id of that name)."""
+    import torch.distributed.checkpoint as dcp
+
+    from verl.utils import quiet
+    from verl.utils.hub import weights_fingerprint
+
+    actor, _ = checkpoint
+    base = os.path.join(os.path.dirname(os.path.dirname(actor)), "model")  # the fixture's model folder
+    other = tmp_path / "other"  # the same shapes, other weights (an instruct version, a later fine-tune)
+    shutil.copytree(base, other)
+    (other / "model.safetensors").write_bytes((other / "model.safetensors").read_bytes()[:-4] + b"\x00" * 4)
+    lora = tmp_path / "global_step_1" / "actor"
+    prefix = "model.layers.0.self_attn.q_proj"
+    with quiet.one_process_checkpoint_io():
+        dcp.save(
+            {
+                "model": {
+                    f"{prefix}.lora_A.default.weight": torch.ones(8, 64),
+                    f"{prefix}.lora_B.default.weight": torch.ones(64, 8),
+                }
+            },
+            checkpoint_id=str(lora),
+            no_dist=True,
+        )
+    shutil.copytree(os.path.join(actor, "huggingface"), lora / "huggingface")
+    config = {"base_model_name_or_path": base, "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+    (lora / "adapter_config.json").write_text(json.dumps(config))
+    state = {"trainer": "rl", "global_step": 1, "model_fingerprint": weights_fingerprint(base)}
+    (lora.parent / "trainer_state.json").write_text(json.dumps(state))
+    for base_model in (str(other), None):  # named on the command line; the run's model_path, since overwritten
+        if base_model is None:
+            (lora / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(other)}))
+        target = tmp_path / f"adapter_{base_model is None}"
+        with pytest.raises(ValueError, match="were trained on other weights than the base model"):
+            merger.merge(str(lora), str(target), adapter_only=True, base_model=base_model)
+        assert not os.path.exists(target / "adapter_config.json")
+    monkeypatch.chdir(os.path.dirname(base))
+    written = merger.merge(str(lora), str(tmp_path / "adapter"), adapter_only=True, base_model="model")
+    assert json.loads(open(os.path.join(written, "adapter_config.json")).read())["base_model_name_or_path"] == base
+
+
 def test_an_earlier_sharded_exports_index_is_not_copied_along(checkpoint, tmp_path) -> None:
     """The side files copied beside an export skipped only *.safetensors: an earlier sharded export's index in the
     checkpoint's folder went along, and vLLM refused the single-file folder (weights in the index but missing)."""
@@ -457,6 +504,25 @@ def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_pat
     assert (step / "actor" / "huggingface" / "model.safetensors").is_file()
     exported = json.loads(generation.read_text())  # kept (it was rewritten from config.json: one stop token)
     assert exported["eos_token_id"] == [2050, 2049] and exported["temperature"] == 0.7
+    # the export's weights are no part of the checkpoint: removed (copied elsewhere, the space freed), the step is
+    # intact (it read as damaged: a run resumed from the step before, and the merger refused it)
+    (step / "actor" / "huggingface" / "model.safetensors").unlink()
+    assert damage(str(step)) is None
+
+
+def test_an_export_through_a_link_to_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_path) -> None:
+    """--local_dir a link to a step's actor folder (a `latest` symlink): the export rewrote the step's config files
+    but recorded them beside the link, so the step read as damaged and a run resumed from the step before it."""
+    from verl.utils.checkpoint.integrity import damage, write_record
+
+    actor, _ = checkpoint
+    step = tmp_path / "run" / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    write_record(str(step))  # as the trainer's save does
+    (tmp_path / "latest").symlink_to(step / "actor")
+    written = merger.merge(str(tmp_path / "latest"))
+    assert damage(str(step)) is None and (step / "actor" / "huggingface" / "model.safetensors").is_file()
+    assert written == str(step / "actor" / "huggingface")  # named as the folder it is
 
 
 def test_a_failed_export_into_the_checkpoint_leaves_the_step_as_it_was(checkpoint, tmp_path, monkeypatch) -> None:

@@ -438,6 +438,34 @@ def test_a_finished_runs_command_again_has_nothing_to_train_and_stops_before_ray
     assert not any((tmp_path / "run" / "huggingface").iterdir())  # not exported again
 
 
+def test_an_earlier_steps_export_left_by_a_run_stopped_while_exporting_is_owed_again(tmp_path, caplog) -> None:
+    """A run extended from step 4 to 8 (or started over) is killed while it exports step 8: the export is renamed into
+    place once whole, so step 4's stays. The command again had nothing to train and kept it without a word, and the
+    RL run pointed at <save_checkpoint_path>/huggingface started from step 4's weights. Now it is exported again; an
+    export written after the checkpoint's save is not."""
+    from types import SimpleNamespace
+
+    from verl.sft.main import export_owed
+
+    trainer = SimpleNamespace(save_checkpoint_path=str(tmp_path), export_hf_model=True)
+    export = tmp_path / "huggingface"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    step = tmp_path / "global_step_8"
+    step.mkdir()
+    (step / "trainer_state.json").write_text('{"trainer": "sft", "global_step": 8}')
+    saved = os.path.getmtime(step / "trainer_state.json")
+    os.utime(export, (saved - 60, saved - 60))  # step 4's export, from before step 8's save
+    with caplog.at_level(logging.WARNING, logger="verl.sft.main"):
+        assert export_owed(trainer, str(step))
+    assert f"{export} was exported before {step} was saved" in caplog.text
+    os.utime(export, (saved + 1, saved + 1))  # step 8's own export, written after its save
+    assert not export_owed(trainer, str(step))
+    trainer.export_hf_model = False
+    os.utime(export, (saved - 60, saved - 60))
+    assert not export_owed(trainer, str(step))
+
+
 @pytest.mark.slow
 def test_a_finished_run_whose_export_did_not_finish_exports_when_its_command_runs_again(
     models, tmp_path, local_ray, caplog

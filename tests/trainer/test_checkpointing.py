@@ -175,6 +175,10 @@ def test_a_lora_checkpoint_is_refused_when_the_runs_lora_settings_differ(tmp_pat
     saved = LoraConfig(rank=8, alpha=16, target_modules="q_proj,v_proj")
     (actor / "lora_settings.json").write_text(json.dumps(dataclasses.asdict(saved)))
     check_matches_run(step_dir(root, 1), None, saved)
+    # the same targets spelt otherwise (another order, spaces): the same adapters, resumed (they were refused)
+    check_matches_run(step_dir(root, 1), None, dataclasses.replace(saved, target_modules=" v_proj, q_proj"))
+    with pytest.raises(RuntimeError, match=r"target_modules='q_proj' here, 'q_proj,v_proj' there"):
+        check_matches_run(step_dir(root, 1), None, dataclasses.replace(saved, target_modules="q_proj"))
     with pytest.raises(RuntimeError, match=r"rank=4 here, 8 there; target_modules='all-linear' here, 'q_proj,v_proj'"):
         check_matches_run(step_dir(root, 1), None, LoraConfig(rank=4, alpha=16))
 
@@ -205,6 +209,10 @@ def test_lora_adapters_on_other_base_weights_are_refused_and_a_full_model_is_war
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         check_matches_run(step, models[1], LoraConfig())
     assert "holds other weights than the run saved in" in caplog.text and "reference model" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):  # SFT's: no reference model
+        check_matches_run(step, models[1], LoraConfig(), "worker.model")
+    assert "resumes its own trained weights." in caplog.text and "reference" not in caplog.text
     lora = LoraConfig(rank=8, alpha=16)
     with open(os.path.join(step, "actor", "adapter_config.json"), "w") as f:
         json.dump({"r": 8, "lora_alpha": 16}, f)

@@ -520,6 +520,16 @@ def test_a_training_checkpoint_as_the_model_says_how_to_export_it(files):
         assert export in str(err.value)
     no_tensors(actor / "huggingface" / "model.safetensors")  # exported: a model now
     load_config([*base_args(files), f"worker.actor.model.model_path={actor / 'huggingface'}"])
+    # the run's save folder (an SFT run's output): it said only "a folder without config.json or weights"
+    key, run = "worker.actor.model.model_path", files / "run"
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: '{run}' is a training run's checkpoint folder")) as err:
+        load_config([*base_args(files), f"{key}={run}"])
+    assert f"export its newest step with `python scripts/model_merger.py --local_dir {actor}`" in str(err.value)
+    (run / "huggingface").mkdir()  # SFT's export at the end of its run
+    shutil.copy(files / "model" / "config.json", run / "huggingface" / "config.json")
+    no_tensors(run / "huggingface" / "model.safetensors")
+    with pytest.raises(ConfigError, match=re.escape(f"its model is exported to {run / 'huggingface'}")):
+        load_config([*base_args(files), f"{key}={run}"])
 
 
 def test_reward_function_must_be_defined(files):

@@ -357,8 +357,9 @@ def unmatched_names(target_modules: str, modules: set[str]) -> list[str]:
 
 def unexported_checkpoint(path: str) -> str | None:
     """Where `path` is part of a training checkpoint rather than a Hugging Face model (an actor's sharded weights, a
-    global_step_N, or the actor's huggingface/ folder before `scripts/model_merger.py` wrote the weights into it): the
-    message saying how to export it; else None."""
+    global_step_N, the actor's huggingface/ folder before `scripts/model_merger.py` wrote the weights into it, or a
+    run's save folder of global_step_N folders): the message saying how to export it, or where its export is (an SFT
+    run's huggingface/); else None."""
     path = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
     if os.path.isfile(os.path.join(path, ".metadata")):
         actor, what = path, "a training checkpoint's sharded weights"
@@ -368,6 +369,19 @@ def unexported_checkpoint(path: str) -> str | None:
         name.endswith(WEIGHT_FILE_SUFFIXES) for name in os.listdir(path)
     ):
         actor, what = os.path.dirname(path), "a training checkpoint's config and tokenizer, without its weights"
+    elif steps := sorted(
+        int(match.group(1))
+        for match in map(re.compile(r"global_step_(\d+)").fullmatch, os.listdir(path))
+        if match and os.path.isfile(os.path.join(path, match.group(0), "actor", ".metadata"))
+    ):  # a run's save folder (trainer.save_checkpoint_path): it said only "a folder without config.json or weights"
+        export = os.path.join(path, "huggingface")
+        if os.path.isdir(export) and not missing_model_files(export):
+            return (
+                f"'{path}' is a training run's checkpoint folder, not a Hugging Face model: its model is exported to "
+                f"{export} (an SFT run's export); use that"
+            )
+        actor, what = os.path.join(path, f"global_step_{steps[-1]}", "actor"), "a training run's checkpoint folder"
+        return f"'{path}' is {what}, not a Hugging Face model: {export_advice(actor, 'its newest step', 'use')}"
     else:
         return None
     return f"'{path}' is {what}, not a Hugging Face model: {export_advice(actor, 'it', 'use')}"

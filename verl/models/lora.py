@@ -208,8 +208,18 @@ def changed_lora_settings(actor_dir: str, lora: LoraConfig) -> list[str]:
         peft = read_adapter_config(actor_dir) or {}
         there = {key: peft[name] for key, name in (("rank", "r"), ("alpha", "lora_alpha")) if name in peft}
     return [
-        f"{key}={here[key]!r} here, {there[key]!r} there" for key in here if key in there and there[key] != here[key]
+        f"{key}={here[key]!r} here, {there[key]!r} there"
+        for key in here
+        if key in there and _setting(key, there[key]) != _setting(key, here[key])
     ]
+
+
+def _setting(key: str, value: Any) -> Any:
+    """A lora setting as it acts: target_modules as the set of names it lists (`q_proj, v_proj` is `v_proj,q_proj`:
+    a resume with the same targets spelt otherwise was refused)."""
+    if key == "target_modules" and isinstance(value, str) and value != "all-linear":
+        return frozenset(name.strip() for name in value.split(",") if name.strip())
+    return value
 
 
 def read_adapter_config(actor_dir: str) -> dict[str, Any] | None:

@@ -278,11 +278,26 @@ def export_owed(trainer: Any, resume: str) -> bool:
     """Whether a run with nothing to train (its checkpoint `resume` at the last step) still owes its export:
     trainer.export_hf_model and no <save_checkpoint_path>/huggingface, as when the run stopped while exporting (a kill,
     the OOM killer during the full weights' gather, a signal). Its command again said "Nothing to train" and exported
-    nothing, so the RL run given that folder found no model; now it loads the checkpoint and exports it (said)."""
+    nothing, so the RL run given that folder found no model; now it loads the checkpoint and exports it (said). An
+    export older than the checkpoint is an earlier step's (a run extended with more steps, or started over, stopped
+    while exporting: the earlier export is replaced only once the new one is whole): it was kept without a word, and
+    the RL run started from that earlier step's weights; it is owed too."""
     path = os.path.join(trainer.save_checkpoint_path, "huggingface")
-    if not trainer.export_hf_model or os.path.isdir(path):
+    if not trainer.export_hf_model:
         return False
-    logger.warning("%s holds no exported model (the run stopped while exporting it?): exporting %s now.", path, resume)
+    if not os.path.isdir(path):
+        logger.warning(
+            "%s holds no exported model (the run stopped while exporting it?): exporting %s now.", path, resume
+        )
+        return True
+    if os.path.getmtime(path) >= os.path.getmtime(os.path.join(resume, "trainer_state.json")):
+        return False
+    logger.warning(
+        "%s was exported before %s was saved: it holds an earlier step's model (the run stopped while exporting this "
+        "one?); exporting it now.",
+        path,
+        resume,
+    )
     return True
 
 

@@ -301,12 +301,16 @@ def _check_same_weights(path: str, model_path: str | None, adapters: bool, model
             f"{model_path} holds (a model of the same shapes: another version or fine-tune?). Point it at the base "
             "model the run started from, or start a new run in another trainer.save_checkpoint_path."
         )
+    reference = (  # SFT (worker.model) has none: its resume said so all the same
+        ", but a fixed reference model (the KL term) is this model_path's" if model_key != "worker.model" else ""
+    )
     logger.warning(
         "%s.model_path=%s holds other weights than the run saved in %s started from: the run resumes its own trained "
-        "weights, but a fixed reference model (the KL term) is this model_path's.",
+        "weights%s.",
         model_key,
         model_path,
         path,
+        reference,
     )
 
 

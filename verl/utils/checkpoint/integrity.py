@@ -27,10 +27,12 @@ def _crc32(path: str) -> int:
     return crc
 
 
-def write_record(step_path: str, under: str = "") -> None:
+def write_record(step_path: str, under: str = "", leave_out: tuple[str, ...] = ()) -> None:
     """Record every file of the finished step `step_path` (written with `atomic_write`, flushed to disk). With
     `under` (e.g. "actor/huggingface", where model_merger exports by default), only the files below it are recorded
-    anew and the rest of the existing record is kept (nothing is written for a step without one)."""
+    anew and the rest of the existing record is kept (nothing is written for a step without one). Files whose names
+    end with one of `leave_out` are not recorded (an export's weights: no part of the checkpoint, so removing them
+    leaves it intact)."""
     prefix = under.rstrip("/") + os.sep if under else ""
     record_path = os.path.join(step_path, INTEGRITY_FILE)
     files = {}
@@ -44,7 +46,7 @@ def write_record(step_path: str, under: str = "") -> None:
         for name in sorted(names):
             path = os.path.join(root, name)
             relative = os.path.relpath(path, step_path)
-            if relative != INTEGRITY_FILE and relative.startswith(prefix):
+            if relative != INTEGRITY_FILE and relative.startswith(prefix) and not name.endswith(leave_out):
                 size = os.path.getsize(path)
                 files[relative] = {"size": size, **({"crc32": _crc32(path)} if size <= CHECKSUM_MAX_BYTES else {})}
     atomic_write(record_path, lambda f: json.dump({"version": 1, "files": files}, f, indent=1))
