@@ -510,6 +510,41 @@ def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> Non
     assert wait_gone(worker_pids, 30) == []
 
 
+def test_a_closed_pool_leaves_no_semaphore_to_release_after_its_close(write_reward_file, tmp_path) -> None:
+    """A reward actor (run_in=actor, num_cpus=2) printed an ignored BrokenPipeError at the end of a run that succeeded:
+    `close` returned while the executor's manager thread still held the pool's queues (the first, non-waiting
+    shutdown drops the executor's handle on it, so the waiting one joined nothing); their semaphores were released
+    when that thread ended, which could be after ray.kill had killed the actor's child processes, multiprocessing's
+    resource tracker among them, so telling the tracker failed. Closed, the pool holds nothing for it to end later:
+    here the tracker is killed right after `close` (as ray.kill does) and nothing is printed."""
+    path = write_reward_file("def main(sample):\n    return {'overall': 1.0}\n")
+    script = tmp_path / "closing.py"
+    script.write_text(
+        "import gc, os, sys, threading\n"
+        "from concurrent.futures.process import _ExecutorManagerThread\n"
+        "import psutil\n"
+        "from verl.rewards.function import load_reward_function\n"
+        "from verl.rewards.parallel import SequentialPool\n"
+        "if __name__ == '__main__':\n"
+        f"    pool = SequentialPool(load_reward_function({path!r}), 2)\n"
+        "    for _ in range(5):\n"
+        "        assert pool.score([{}] * 4) == [{'overall': 1.0}] * 4\n"
+        "        pool.close()\n"
+        "        managers = [t for t in threading.enumerate() if isinstance(t, _ExecutorManagerThread)]\n"
+        "        assert not managers, managers\n"
+        "    for child in psutil.Process().children():  # ray.kill: the actor's children first, then its exit\n"
+        "        child.kill()\n"
+        "        child.wait()\n"
+        "    gc.collect()\n"
+        "    sys.stderr.flush()\n"
+        "    os._exit(0)\n"
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0 and "BrokenPipeError" not in result.stderr, result.stderr
+
+
 def test_pool_workers_leave_the_drivers_group_and_a_pool_whose_worker_died_idle_starts_again(
     write_reward_file,
 ) -> None:

@@ -528,6 +528,35 @@ def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_
 # ---------------------------------------------------------------------------------------------------- real runs
 
 
+def test_several_nodes_without_ray_address_say_the_run_stays_on_this_machine(
+    models, tmp_path, caplog, monkeypatch
+) -> None:
+    """As RL: trainer.nnodes=2 without RAY_ADDRESS starts a Ray of this machine alone, which RL said and SFT did
+    not (the run then waited for nodes that never come, or trained on fewer)."""
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
+    from verl.trainer import ray_setup
+
+    class NoRay(Exception):
+        pass
+
+    def no_ray(*args, **kwargs):
+        raise NoRay
+
+    monkeypatch.setattr(ray_setup, "start_ray", no_ray)  # the warning comes before Ray starts
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_setup.ray, "is_initialized", lambda: False)  # the module's Ray may be up (local_ray)
+    write_conversations(tmp_path / "train.jsonl", 16, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 2, seed=1)
+    for nodes in (2, 1):
+        caplog.clear()
+        args = sft_args(tmp_path, models["text"], str(tmp_path / f"run{nodes}"), f"trainer.nnodes={nodes}")
+        with caplog.at_level(logging.WARNING, logger=ray_setup.__name__), pytest.raises(NoRay):
+            run_sft(load_sft_config(args))
+        alone = "The run asks for 2 nodes but RAY_ADDRESS is unset: it starts a Ray of its own on this machine alone."
+        assert (alone in caplog.text) == (nodes == 2), caplog.text
+
+
 def write_conversations(path, count: int, seed: int) -> None:
     rng = random.Random(seed)
     with open(path, "w") as f:
@@ -662,6 +691,15 @@ def test_an_image_removed_during_sft_stops_it_with_one_line_after_saving_the_las
     saved = f"{failed} stopped on its data (the error follows); step {step}, which the workers hold, is saved"
     assert saved in caplog.text, caplog.text
     assert (save / f"global_step_{step}" / "trainer_state.json").is_file()
+    # as RL says after such an error (SFT said nothing of the checkpoint)
+    resumes = (
+        f"The latest checkpoint is {save / f'global_step_{step}'}: running the same command again resumes from it."
+    )
+    assert err.splitlines()[1:2] == [resumes], err
+    if when == "step_2":  # the error at the start, before any step (the image still gone): no word of a resume
+        assert sft_main.main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("Error: at least 20 rows") and "running the same command" not in err, err
     (tmp_path / "a.png").write_bytes(kept)
     assert sft_main.main(args) == 0
     # every step's row once: after a failed validation the resume has no step to train, and step 2's row (logged

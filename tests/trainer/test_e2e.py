@@ -1208,11 +1208,21 @@ def test_a_reward_actor_that_cannot_start_stops_the_run_before_any_step(workspac
 
 
 def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsys):
-    """The reward actor's process killed (as the OOM killer does) ended the run in Ray's traceback."""
+    """The reward actor's process killed (as the OOM killer does) ended the run in Ray's traceback. Killed at step 2,
+    it also lost step 1, which the trainer's workers still held (with trainer.save_freq=-1, the default, every step):
+    now that step is saved first, and the same command resumes from it."""
     from verl.trainer.main import main
 
-    reward = workspace["root"] / "killed_reward.py"
-    reward.write_text("import os, signal\n\ndef compute_score(sample):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    root = workspace["root"]
+    reward = root / "killed_reward.py"
+    reward.write_text(
+        "import os, signal\n\ncalls = []\n\n\ndef compute_score(sample):  # killed at step 2's first sample, once\n"
+        "    calls.append(1)\n"
+        f"    if len(calls) == 9 and not os.path.exists({str(root / 'killed_once')!r}):\n"
+        f"        open({str(root / 'killed_once')!r}, 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return {'overall': 0.0}\n"
+    )
     args = (
         f"worker.reward.reward_function={reward}:compute_score",
         "worker.reward.run_in=actor",
@@ -1224,7 +1234,15 @@ def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsy
     errors = [line for line in err.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1, err
     assert errors[0].startswith(f"Error: The process of the reward function {reward}:compute_score died while scoring")
-    assert "No checkpoint of this run was saved: running the same command again starts over." in err
+    saved = root / "killed_reward" / "global_step_1"
+    assert (
+        "Step 2 stopped in the dead process of the reward actor (the error follows); step 1, which the workers hold"
+        in err
+    )
+    assert f"The latest checkpoint is {saved}: running the same command again resumes from it." in err, err
+    assert not (root / "killed_reward" / "global_step_2").exists()
+    assert main(text_args(workspace, "killed_reward", *args)) == 0
+    assert [row["step"] for row in read_log(root / "killed_reward")] == [1, 2]  # step 2 trained by the resumed run
 
 
 def test_a_validation_only_run_validates_an_asynchronous_checkpoint_whatever_its_rollout_settings(workspace):

@@ -60,6 +60,10 @@ _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answ
 class SFTDataError(ValueError):
     """A conversation that cannot be trained on, named by file, row and key."""
 
+    checkpointed = False
+    """Raised in the training loop with a checkpoint to resume from (the step before saved first): the error line is
+    followed by where the same command resumes; not at the start, where no step ran."""
+
 
 @dataclass
 class Conversation:

@@ -196,6 +196,10 @@ class SequentialPool:
         if self._executor is None:
             return
         executor, self._executor = self._executor, None
+        # this first shutdown drops the executor's handle on its manager thread, which holds the queues: joined below,
+        # so that their semaphores are released here, while multiprocessing's resource tracker lives (a reward actor's
+        # ray.kill kills it first; a queue released after it printed an ignored BrokenPipeError)
+        manager = getattr(executor, "_executor_manager_thread", None)
         executor.shutdown(wait=False, cancel_futures=True)
         pids = self._worker_pids()
         workers = [child for child in multiprocessing.active_children() if child.pid in pids]
@@ -206,6 +210,8 @@ class SequentialPool:
             if worker.is_alive():
                 worker.kill()
                 worker.join()
-        executor.shutdown(wait=True)  # returns at once now: every worker has exited
+        if manager is not None:  # ends at once now that every worker has exited (bounded all the same)
+            manager.join(max(grace_s, 1.0))
+        executor.shutdown(wait=True)
         self._pids.close()
         shutil.rmtree(self._stacks_dir, ignore_errors=True)

@@ -137,7 +137,7 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
     from verl.single_controller.ray.resource import RayResourcePool
     from verl.trainer.data_loader import warn_left_out  # imports huggingface_hub (through the dataset)
     from verl.trainer.node_check import check_nodes_see_run_files, local_paths
-    from verl.trainer.ray_setup import start_ray
+    from verl.trainer.ray_setup import start_ray, warn_if_alone
     from verl.utils.device import resolve_device_type
     from verl.utils.logger import Tracker
     from verl.utils.logger.backends import check_logger_services
@@ -163,6 +163,7 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         check_logger_services(trainer.logger, trainer.project_name)
     weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]
     log_checkpoint_plan(trainer, None if lora else checkpoint_size_estimate(weights, False))
+    warn_if_alone(trainer.nnodes)
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)
     read = {"worker.model.model_path": model.model_path, "worker.model.tokenizer_path": model.tokenizer_path}
     read.update({"data.override_chat_template": data.override_chat_template, "the checkpoint to resume from": resume})
@@ -231,10 +232,11 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                 epoch, offset = divmod(step, steps_per_epoch)
                 try:
                     rows = _collate(train, epoch_batches(epoch)[offset])
-                except SFTDataError:  # a row changed since the check (an image removed): the last step saved first
+                except SFTDataError as error:  # a row changed since the check (an image removed): the last step saved
                     if step > last_saved:
                         failed = f"Step {step + 1}", f"a resume runs step {step + 1} again"
                         save_before_failed_step(group, trainer, step, data_state, ckpt_tracker, *failed)
+                    error.checkpointed = step > 0  # this step's checkpoint: saved now, earlier, or resumed from
                     raise
                 step += 1
                 started = time.perf_counter()
@@ -246,10 +248,11 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                 if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
                     try:
                         metrics.update(validate(group, val, data.val_batch_size))
-                    except SFTDataError:  # the same for a validation row: this step, trained, saved first
+                    except SFTDataError as error:  # the same for a validation row: this step, trained, saved first
                         failed = f"The validation after step {step}", "a resume goes on after it"
                         save_before_failed_step(group, trainer, step, data_state, ckpt_tracker, *failed)
                         tracker.log(metrics, step=step)  # its row: a resume does not run it again
+                        error.checkpointed = True
                         raise
                 if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
                     ckpt_tracker = save(
@@ -410,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {user_error_message(err)}",
             file=sys.stderr,
         )
+        if getattr(err, "checkpointed", False):  # a row failing mid-run, after its step was saved: as RL says
+            print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
         return 2
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)

@@ -82,7 +82,8 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         return self._taken(self._collect_polls(poll, metrics))
 
     def _trainer_survives(self, error: WorkerDiedError) -> bool:
-        return error.group is not None and error.group == getattr(self.rollout_wg, "_name_prefix", None)
+        rollout = error.group is not None and error.group == getattr(self.rollout_wg, "_name_prefix", None)
+        return rollout or super()._trainer_survives(error)
 
     def _write_run_state(self, path: str) -> None:
         super()._write_run_state(path)

@@ -110,15 +110,19 @@ def init_ray(config: PPOConfig, device: str) -> None:
     processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
     processes += config.worker.rollout.pool_size()  # mode=disaggregated: the engines' own processes
     # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
-    nodes = max(trainer.nnodes, reward.model.nnodes, config.worker.rollout.nnodes or 1)
+    warn_if_alone(max(trainer.nnodes, reward.model.nnodes, config.worker.rollout.nnodes or 1))
+    actors = 2 * reward.num_cpus + (reward.judge.num_cpus if reward.judge.enabled else 0)
+    start_ray(device, processes + actors, trainer.signal_grace_s, profile=bool(trainer.ray_timeline))
+
+
+def warn_if_alone(nodes: int) -> None:
+    """Warn where a run (RL or SFT) asks for several `nodes` but starts a Ray of its own, on this machine alone."""
     if nodes > 1 and cluster_address() is None and not ray.is_initialized():
         logger.warning(
             "The run asks for %d nodes but RAY_ADDRESS is unset: it starts a Ray of its own on this machine alone. "
             "To train on a cluster, start Ray on its nodes and set RAY_ADDRESS (docker/README.md).",
             nodes,
         )
-    actors = 2 * reward.num_cpus + (reward.judge.num_cpus if reward.judge.enabled else 0)
-    start_ray(device, processes + actors, trainer.signal_grace_s, profile=bool(trainer.ray_timeline))
 
 
 def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = False) -> None:

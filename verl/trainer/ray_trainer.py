@@ -131,6 +131,17 @@ def reward_parts(reward: Any) -> dict[str, str]:
     return {part: names[part] + text for part, text in parts.items() if text}
 
 
+REWARD_ACTORS = {"rule": "reward actor", "judge": "judge actor"}
+"""The `WorkerDiedError.group` of a dead reward actor (worker.reward.run_in=actor) or LLM judge actor, by part."""
+
+
+def death_cause(error: WorkerDiedError) -> str:
+    """What a step stopped in when `error`'s process died and the trainer survived it (`_trainer_survives`)."""
+    return (
+        f"the dead process of the {error.group}" if error.group in REWARD_ACTORS.values() else "a dead rollout process"
+    )
+
+
 class OnlineFilteringError(RuntimeError):
     """Online filtering could not fill a step within trainer.max_try_make_batch rounds, or filters on a score the
     reward does not return."""
@@ -359,7 +370,8 @@ class RayPPOTrainer:
                 raise WorkerDiedError(
                     f"The process of the {reward_parts(reward).get(part, part)} died while scoring step "
                     f"{self.global_step} (killed, or out of memory: check `dmesg`); the run cannot continue. Ray said: "
-                    f"{err}"
+                    f"{err}",
+                    REWARD_ACTORS.get(part),
                 ) from None
         where = self.reward_fn.where() if part == "rule" and self.reward_fn is not None else ""
         raise RewardTimeoutError(
@@ -715,14 +727,16 @@ class RayPPOTrainer:
             self._save_before_error(done, f"Step {done + 1}", resume, loader_state, cause=cause)
 
     def _trainer_survives(self, error: WorkerDiedError) -> bool:
-        """Whether the processes that hold the trained models outlive the death `error` reports (a rollout pool's
-        engine process, mode=disaggregated): then the last step can be saved before the run stops."""
-        return False
+        """Whether the processes that hold the trained models outlive the death `error` reports (the reward or judge
+        actor's; a rollout pool's engine process, mode=disaggregated): then the last step can be saved before the run
+        stops."""
+        return error.group in REWARD_ACTORS.values()
 
     def _validate_trained_step(self) -> dict[str, float]:
         """`validate` after this step's update. The user's code or data failing in it (a reward function, an
         environment, a validation row) saves this step first, where the last step's validation came before the run's
-        only save (trainer.save_freq=-1); so does a rollout pool's process dying in it (`_trainer_survives`)."""
+        only save (trainer.save_freq=-1); so does a reward, judge or rollout pool's process dying in it
+        (`_trainer_survives`)."""
         try:
             return self.validate()
         except (*USER_ERRORS, WorkerDiedError) as error:
@@ -735,8 +749,9 @@ class RayPPOTrainer:
                 f"trainer.load_checkpoint_path={path} runs it)"
             )
             failed = f"The validation after step {self.global_step}"
-            cause = "a dead rollout process" if died else "the user's code"
-            self._save_before_error(self.global_step, failed, resume, release=not died, cause=cause)
+            cause = death_cause(error) if died else "the user's code"
+            rollout_died = died and error.group not in REWARD_ACTORS.values()  # its engine cannot be released
+            self._save_before_error(self.global_step, failed, resume, release=not rollout_died, cause=cause)
             raise
 
     def _save_before_error(
@@ -803,10 +818,11 @@ class RayPPOTrainer:
                     self._save_before_failed_step(self._position_before_failed_step(before), last_saved)
                 raise
             except WorkerDiedError as error:
-                # a rollout pool's engine process: the trainer's still hold the last step's weights
+                # the reward or judge actor's process, a rollout pool's engine process: the trainer's still hold the
+                # last step's weights
                 if not self.updating and self._trainer_survives(error):
                     position = self._position_before_failed_step(before)
-                    self._save_before_failed_step(position, last_saved, "a dead rollout process")
+                    self._save_before_failed_step(position, last_saved, death_cause(error))
                 raise
             if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
                 with timer("dump_rollouts", timing_raw):
