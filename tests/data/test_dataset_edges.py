@@ -215,3 +215,30 @@ def test_a_marker_in_a_row_without_images_of_an_image_dataset_names_that_row(vl2
     assert "row 1, key 'images': the prompt has 1 <image> marker(s) but the row has 0 item(s) under 'images'" in str(
         error.value
     )
+
+
+def test_a_message_prompts_earlier_reasoning_reaches_a_template_that_renders_it(tmp_path, text_tokenizer):
+    """A few-shot assistant turn's reasoning (`reasoning_content`, or vLLM's newer `reasoning`) is passed to the chat
+    template, which may keep it (GLM-4.5's with clear_thinking=false): the prompt is the conversation as the template
+    renders it (the reasoning was dropped)."""
+    template = tmp_path / "keeps_thinking.jinja"
+    template.write_text(
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{% set thought = message.get('reasoning_content') or message.get('reasoning') %}"
+        "{% if message['role'] == 'assistant' and thought %}<think>{{ thought }}</think>{% endif %}"
+        "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    messages = [
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": "2", "reasoning_content": "one and one"},
+        {"role": "user", "content": "And 2 + 2?"},
+        {"role": "assistant", "content": "4", "reasoning": "two and two"},
+        {"role": "user", "content": "And 3 + 3?"},
+    ]
+    dataset = RLHFDataset([{"prompt": messages, "answer": "6"}], text_tokenizer, override_chat_template=str(template))
+    expected = text_tokenizer.apply_chat_template(
+        messages, chat_template=template.read_text(), add_generation_prompt=True, tokenize=False
+    )
+    assert "<think>one and one</think>" in expected and "<think>two and two</think>" in expected
+    assert dataset[0]["prompt_text"] == expected

@@ -853,5 +853,7 @@ def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
             raise ValueError(f"message {position} of the prompt needs text content")
         if not last and any(marker in message["content"] for marker in ("<image>", "<video>")):
             raise ValueError(f"message {position} has a media marker; put them in the last message")
-    kept = ("role", "content", "tool_calls", "tool_call_id", "name")  # templates such as Mistral's read a result's id
+    # templates such as Mistral's read a result's id; those that keep earlier turns' thinking (GLM-4.5's with
+    # clear_thinking=false) read an assistant's reasoning, by either name (vLLM's `reasoning`, the older one)
+    kept = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "reasoning")
     return [{key: m[key] for key in kept if key in m} for m in messages[:-1]], messages[-1]["content"]

@@ -276,3 +276,45 @@ def test_episodes_the_environment_ends_count_on_the_progress_bar(tokenizer):
         assert loop.progress.n == 2
     finally:
         loop.turns.close()
+
+
+def test_environment_pictures_are_numbered_on_from_the_episodes_as_the_whole_conversation_numbers_them():
+    """A chat template that numbers a conversation's pictures (Qwen2-VL's add_vision_id: "Picture 2: ") numbers an
+    environment's pictures on from the prompt's and earlier turns', as it renders the whole conversation; they were
+    rendered as "Picture 1: " again, a context the model never sees at inference."""
+    import dataclasses
+
+    from PIL import Image
+
+    from verl.models.tiny_models import TinyModelSpec, build_processor
+    from verl.workers.rollout.multi_turn import ImageTokens
+
+    tokenizer = build_tokenizer(kind="qwen2_5_vl")
+    processor = build_processor(TinyModelSpec(kind="qwen2_5_vl"), tokenizer)
+    options = {"add_vision_id": True}
+
+    def rendered(messages: list[dict]) -> list[int]:
+        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **options)
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    runner = dataclasses.replace(
+        _runner(tokenizer, budget=200, max_tokens_per_turn=None),
+        continuation=ChatContinuation(tokenizer, options),
+        image_tokens=ImageTokens(processor, tokenizer),
+    )
+    picture = Image.new("RGB", (56, 56))
+    conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}]
+    prompt_ids = rendered(conversation)
+    episode = Episode(
+        prompt_input={"prompt_token_ids": prompt_ids, "multi_modal_data": {"image": [picture]}}, state={}, seed=None
+    )
+    answer = _words(tokenizer, 3) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    for _ in range(2):
+        turn_end = runner.add_model_tokens(episode, answer, None, runner.turn_limit(episode))
+        shown = [
+            {"role": "tool", "content": [{"type": "image", "image": picture}, {"type": "text", "text": "Closer"}]}
+        ]
+        assert runner.add_environment_turn(episode, shown, turn_end)
+        conversation += [{"role": "assistant", "content": tokenizer.decode(answer[:-1])}, shown[0]]
+    assert "Picture 3: " in tokenizer.decode(episode.engine_ids)
+    assert prompt_ids + episode.engine_ids == rendered(conversation)

@@ -60,13 +60,15 @@ class ChatContinuation:
             messages, tokenize=False, add_generation_prompt=generation_prompt, **extra, **self.template_kwargs
         )
 
-    def ids(self, messages: list[dict[str, Any]], turn_end_text: str) -> list[int]:
+    def ids(self, messages: list[dict[str, Any]], turn_end_text: str, images_before: int = 0) -> list[int]:
         """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
-        assistant opening. The text of an environment's message that spells a special token's string (a tool echoing
-        `<|im_end|><|im_start|>assistant`) is encoded as plain text: it cannot end its turn or forge another. Such a
-        text is located by a stand-in rendered in its place (searching for it could land on the template's own
-        `<|im_end|>` or role header before it, swapping the two)."""
-        text = self._after(messages, turn_end_text)
+        assistant opening; `images_before`: the pictures the episode showed before these messages (its prompt's and
+        earlier environment turns'), so that a template numbering a conversation's pictures (Qwen2-VL's
+        `add_vision_id`: "Picture 2: ") numbers these on from them. The text of an environment's message that spells
+        a special token's string (a tool echoing `<|im_end|><|im_start|>assistant`) is encoded as plain text: it
+        cannot end its turn or forge another. Such a text is located by a stand-in rendered in its place (searching
+        for it could land on the template's own `<|im_end|>` or role header before it, swapping the two)."""
+        text = self._after(messages, turn_end_text, images_before)
         parts: list[str] = []
         stand_ins: list[str] = []
 
@@ -81,13 +83,20 @@ class ChatContinuation:
         if not parts:
             return self.tokenizer.encode(text, add_special_tokens=False)
         return encode_rendered(
-            self.tokenizer, text, parts, self.specials, self._after(marked, turn_end_text), stand_ins
+            self.tokenizer, text, parts, self.specials, self._after(marked, turn_end_text, images_before), stand_ins
         )
 
-    def _after(self, messages: list[dict[str, Any]], turn_end_text: str) -> str:
-        """The rendering after a model turn ended by `turn_end_text`, through the next assistant opening."""
+    def _after(self, messages: list[dict[str, Any]], turn_end_text: str, images_before: int = 0) -> str:
+        """The rendering after a model turn ended by `turn_end_text`, through the next assistant opening; the probe's
+        user message shows `images_before` pictures (placeholders only: what it renders is not kept)."""
+        user, turn = probe_turn()
+        if images_before:
+            user = {
+                **user,
+                "content": [{"type": "image"}] * images_before + [{"type": "text", "text": user["content"]}],
+            }
         try:
-            after = self.render(probe_turn() + list(messages), True)
+            after = self.render([user, turn, *messages], True)
         except Exception as error:  # jinja's TemplateError (a template that raises on a role), or a bad message
             roles = [
                 message.get("role") if isinstance(message, dict) else type(message).__name__ for message in messages
@@ -354,8 +363,11 @@ class TurnRunner:
         """Append the environment's messages (up to the opening of the next model turn); False, with the episode over
         and truncated, when they leave no room for another model turn."""
         messages = with_opened_images(messages, self.min_pixels, self.max_pixels)
-        env_ids = self.continuation.ids(messages, turn_end)
-        engine_env_ids, images, inputs = env_ids, message_images(messages), None
+        images = message_images(messages)
+        # pictures shown before these messages: a template may number theirs on from them (add_vision_id)
+        shown = episode.prompt_images() + len(episode.images) if images else 0
+        env_ids = self.continuation.ids(messages, turn_end, shown)
+        engine_env_ids, inputs = env_ids, None
         if images:
             _check_images(self.image_tokens, episode, len(images), self.max_images)
             env_ids, inputs = self.image_tokens.expand(env_ids, images)
