@@ -187,6 +187,48 @@ def test_an_image_and_a_video_without_markers_both_go_before_the_text_image_firs
     assert len(example["multi_modal_data"]["images"]) == 1 and len(example["multi_modal_data"]["videos"]) == 1
 
 
+def test_a_datasets_parquets_images_and_videos_stored_by_path_are_read_from_the_image_dir(tmp_path, vl25, monkeypatch):
+    """A parquet file written by `datasets` with Image and Video columns (EasyR1's export) holding paths relative to
+    data.image_dir: datasets opened each from the working directory on every read, a traceback naming no row
+    (FileNotFoundError: 'a.png'; for a video, ImportError: install torchcodec)."""
+    import datasets
+    import numpy as np
+    import torch
+    from media_files import write_video
+
+    tokenizer, processor = vl25
+    media = tmp_path / "media"
+    media.mkdir()
+    Image.new("RGB", (56, 84), (200, 30, 30)).save(media / "a.png")
+    write_video(str(media / "v.mp4"))
+    features = datasets.Features(
+        {
+            "prompt": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+            "images": datasets.List(datasets.Image()),
+            "videos": datasets.List(datasets.Video()),
+        }
+    )
+    row = {"prompt": "<image> then <video>?", "answer": "red", "images": ["a.png"], "videos": ["v.mp4"]}
+    stored = {**row, "images": [{"bytes": None, "path": "a.png"}], "videos": [{"bytes": None, "path": "v.mp4"}]}
+    monkeypatch.chdir(media)  # datasets reads a video's size as it stores it
+    datasets.Dataset.from_list([stored], features=features).to_parquet(str(tmp_path / "data.parquet"))
+    monkeypatch.chdir(tmp_path)
+    options = {"image_dir": str(media), "max_prompt_length": 512, **PIXELS}
+    example = RLHFDataset(str(tmp_path / "data.parquet"), tokenizer, processor, **options)[0]
+    expected = RLHFDataset([row], tokenizer, processor, **options)[0]
+    assert torch.equal(example["input_ids"], expected["input_ids"])
+    for kind in ("images", "videos"):
+        got, want = example["multi_modal_data"][kind], expected["multi_modal_data"][kind]
+        assert len(got) == len(want) == 1 and np.array_equal(np.asarray(got[0]), np.asarray(want[0])), kind
+    embedded = [{**row, "videos": [{"bytes": (media / "v.mp4").read_bytes(), "path": "v.mp4"}]}]  # a Hub upload's
+    with pytest.raises(DatasetRowError, match=r"row 0, key 'videos': video 0 .* got its bytes .* write the videos to"):
+        RLHFDataset(embedded, tokenizer, processor, **options)
+    (media / "a.png").unlink()  # a missing picture is the row's error
+    with pytest.raises(DatasetRowError, match=r"data.parquet', row 0, key 'images': image 0 cannot be read"):
+        RLHFDataset(str(tmp_path / "data.parquet"), tokenizer, processor, **options)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # skip_bad_rows at load time
 

@@ -207,6 +207,28 @@ def test_numeric_answers_reach_the_reward_as_written(tmp_path):
     assert load_source(str(tmp_path / "small.jsonl")).row(0)["a"] == 3.0
 
 
+def test_several_files_or_a_pattern_are_refused_with_how_to_train_on_several_files(tmp_path):
+    """verl's list of files and a glob were refused as a path that does not exist, which says nothing of a folder."""
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text('{"prompt": "q", "answer": "1"}\n')
+    for spec in (f"{tmp_path}/a.jsonl,{tmp_path}/b.jsonl", f"{tmp_path}/*.jsonl"):
+        with pytest.raises(FileNotFoundError, match="put them .* in one folder and give the folder"):
+            load_source(spec)
+
+
+def test_integral_answers_inside_nested_lists_and_dicts_reach_the_reward_as_ints(tmp_path):
+    """A column's type is one for all rows: [[1, 2]] beside [[0.5]], or {"x": 4} beside {"x": 0.5}, was read with
+    floats, and the reward got [[1.0, 2.0]] and {"x": 4.0} (str() of them failed an exact match of "4")."""
+    from verl.data.sources import ground_truth
+
+    (tmp_path / "nested.jsonl").write_text(
+        '{"a": [[1, 2], [3]], "b": {"x": 4, "y": [2]}}\n{"a": [[0.5]], "b": {"x": 0.5, "y": [0.25]}}\n'
+    )
+    source = load_source(str(tmp_path / "nested.jsonl"))
+    answers = [(ground_truth(source.row(i)["a"]), ground_truth(source.row(i)["b"])) for i in range(len(source))]
+    assert repr(answers) == repr([([[1, 2], [3]], {"x": 4, "y": [2]}), ([[0.5]], {"x": 0.5, "y": [0.25]})])
+
+
 def test_csv_text_that_pandas_reads_as_missing_is_read_as_written(tmp_path):
     """pandas (datasets' CSV reader) reads the cells None, NA, nan, N/A and null as missing: a row whose answer is
     "None" was a row without an answer (refused). Only an empty cell is missing now; a number column stays numbers."""

@@ -420,7 +420,7 @@ class RLHFDataset(Dataset):
             return []
         if isinstance(value, (list, tuple)):
             return list(value)
-        if isinstance(value, (str, bytes, dict, Image.Image) if key == self.image_key else str):
+        if isinstance(value, (str, bytes, dict, Image.Image) if key == self.image_key else str) or _stored_path(value):
             return [value]  # a single image or video
         raise self._error(index, key, f"expected a list, got {type(value).__name__}")
 
@@ -434,10 +434,15 @@ class RLHFDataset(Dataset):
             )
             raise self._error(index, self.image_key, problem)
         videos = self._media_list(index, row, self.video_key)
+        # a `datasets` Video column's {"bytes": None, "path": ...} (sources._media_undecoded): the file it names
+        videos = [video["path"] if _stored_path(video) else video for video in videos]
         for position, video in enumerate(videos):
             frames = isinstance(video, (list, tuple, np.ndarray)) and len(video) > 0
             if not isinstance(video, str) and not (frames and all(isinstance(frame, str) for frame in video)):
-                problem = f"video {position} must be a path or a list of its frames' paths, got {type(video).__name__}"
+                got = type(video).__name__
+                if isinstance(video, dict) and video.get("bytes") is not None:  # a Hub upload embeds the files
+                    got = "its bytes (a `datasets` Video column's); write the videos to files and give their paths"
+                problem = f"video {position} must be a path or a list of its frames' paths, got {got}"
                 raise self._error(index, self.video_key, problem)
         for key, values in ((self.image_key, images), (self.video_key, videos)):
             for position, value in enumerate(values):
@@ -706,6 +711,11 @@ class RLHFDataset(Dataset):
             prompt_messages=prompt.messages,
         )
         return example
+
+
+def _stored_path(value: Any) -> bool:
+    """Whether `value` is a media file as a `datasets` Image or Video column stores it by its path alone."""
+    return isinstance(value, dict) and value.get("bytes") is None and isinstance(value.get("path"), str)
 
 
 def _scan_rows(dataset: RLHFDataset, workers: int) -> list[tuple[int | None, str | None]]:

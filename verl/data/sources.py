@@ -53,6 +53,10 @@ class RowSource:
     parts: list[tuple[str, int]]
     columns: list[str]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.rows, list):
+            self.rows = _media_undecoded(self.rows)
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -77,6 +81,38 @@ class RowSource:
     @property
     def description(self) -> str:
         return self.parts[0][0] if len(self.parts) == 1 else f"{len(self.parts)} files ({self.parts[0][0]}, ...)"
+
+
+def _undecoded(feature: Any) -> Any:
+    """`feature` with its Image and Video features, at any depth, not decoded (`decode=False`)."""
+    import dataclasses
+
+    import datasets
+
+    if isinstance(feature, (datasets.Image, datasets.Video)):
+        return dataclasses.replace(feature, decode=False)
+    if isinstance(feature, dict):
+        return type(feature)({name: _undecoded(item) for name, item in feature.items()})
+    if isinstance(feature, (datasets.List, datasets.LargeList)):
+        return dataclasses.replace(feature, feature=_undecoded(feature.feature))
+    return feature
+
+
+def _media_undecoded(rows: Any) -> Any:
+    """A datasets.Dataset whose Image and Video columns (a parquet file or folder written by `datasets`, EasyR1's
+    geometry3k) give each picture or video as stored, `{"bytes": ..., "path": ...}`, which the dataset opens itself
+    (`multimodal.open_image`): datasets decoded them on every read, opening a path relative to the working directory
+    rather than data.image_dir, and a missing file was a traceback naming no row. The data is not copied."""
+    import datasets
+
+    features = _undecoded(rows.features)
+    if features == rows.features:
+        return rows
+    if rows._indices is not None:  # a selection of rows (not what the loaders here return): cast, which copies
+        return rows.cast(features)
+    info = rows.info.copy()
+    info.features = features
+    return datasets.Dataset(rows.data, info=info, split=rows.split)
 
 
 def _is_saved_dataset(path: str) -> bool:
@@ -693,22 +729,39 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
             return _files_source([os.path.expanduser(name)])
         if name and split:
             return _hub_source(name, split, spec)
+    several = "," in spec or any(character in spec for character in "*?[")  # verl's list of files, a glob
     raise FileNotFoundError(
         f"Dataset {spec!r} is neither an existing file or directory nor a dataset written as name@split."
+        + (
+            " A dataset is one path, not a list or a pattern: to train on several files, put them (or links to "
+            "them) in one folder and give the folder, whose files are all read, sorted."
+            if several
+            else ""
+        )
     )
 
 
 def ground_truth(answer: Any) -> Any:
     """An answer as reward functions get it: a number as its text, an integral float as an int's ("42", not "42.0",
     which an exact match fails: an int column with a missing value, or JSON Lines answers 3, 4, 5.5, are stored as
-    floats), a bool as "True" / "False"; text and dicts as they are, a list with its integral floats as ints (the
-    accepted answers [4] beside [3, 0.5] in another row are read as [4.0], which an exact match of "4" failed); None
-    for a missing answer (null, or NaN, pandas' missing value)."""
+    floats), a bool as "True" / "False"; text as it is, a list or dict with its integral floats as ints at any depth
+    (the accepted answers [4] beside [3, 0.5] in another row are read as [4.0], which an exact match of "4" failed;
+    likewise [[1, 2]] beside [[0.5]], and {"x": 4} beside {"x": 0.5}); None for a missing answer (null, or NaN,
+    pandas' missing value)."""
     if isinstance(answer, float) and math.isnan(answer):
         return None
-    if isinstance(answer, list):
-        return [plain_number(item) for item in answer]
+    if isinstance(answer, (list, dict)):
+        return _plain_numbers(answer)
     return str(plain_number(answer)) if isinstance(answer, (int, float)) else answer
+
+
+def _plain_numbers(value: Any) -> Any:
+    """`value` with every integral float in its lists and dicts, at any depth, as an int (`plain_number`)."""
+    if isinstance(value, list):
+        return [_plain_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain_numbers(item) for key, item in value.items()}
+    return plain_number(value)
 
 
 def row_value(row: dict[str, Any], key: str) -> Any:
