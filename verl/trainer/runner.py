@@ -3,7 +3,6 @@
 """Start or join Ray (RAY_ADDRESS, or already initialised), build the worker groups, reward runner, data loaders and
 loggers, then train. The resource check runs before any model loads."""
 
-import json
 import logging
 import math
 import os
@@ -25,6 +24,7 @@ from verl.trainer.checkpointing import (
     checkpoint_size_estimate,
     log_checkpoint_plan,
     nothing_to_train,
+    read_trainer_state,
     resume_path,
     saved_settings,
     step_of,
@@ -260,8 +260,7 @@ def _check_in_flight(config: PPOConfig, path: str) -> Any:
             "worker.rollout.mode=sync, which drops them."
         )
     if rollout.mode != "sync" and count:
-        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-            saved = json.load(f).get("settings") or {}
+        saved = read_trainer_state(path).get("settings") or {}
         now = saved_settings(config)
         changed = [key for key in IN_FLIGHT_ROW_KEYS if key in saved and key in now and saved[key] != now[key]]
         if changed:
