@@ -474,3 +474,23 @@ def test_shards_are_never_cast_across_kinds(tmp_path):
     _write_rows(tmp_path / "mixed" / "b.parquet", [{"question": "b", "answer": "007"}])
     with pytest.raises(ValueError, match=r"'answer': 'int64'.*'answer': 'string'"):
         load_source(str(tmp_path / "mixed"))
+
+
+def test_a_selection_of_a_datasets_image_column_keeps_its_rows_undecoded():
+    """Image columns are read as stored by rebuilding the dataset on its table with decoding off, which reads the
+    `datasets` library's private indices mapping: a selection of rows (`Dataset.select`) must keep its rows, so this
+    fails if that library changes where it keeps the mapping."""
+    from verl.data.sources import RowSource
+
+    pictures = [{"bytes": None, "path": f"{name}.png"} for name in "abc"]
+    features = datasets.Features({"prompt": datasets.Value("string"), "images": datasets.List(datasets.Image())})
+    rows = datasets.Dataset.from_list(
+        [{"prompt": name, "images": [picture]} for name, picture in zip("abc", pictures)], features=features
+    )
+    for chosen in (rows, rows.select([2, 0])):
+        source = RowSource(chosen, [("rows", 0)], ["prompt", "images"])
+        names = [row["prompt"] for row in chosen.select_columns(["prompt"])]
+        assert [source.row(i)["prompt"] for i in range(len(source))] == names
+        assert [source.row(i)["images"] for i in range(len(source))] == [
+            [{"bytes": None, "path": f"{n}.png"}] for n in names
+        ]
