@@ -19,7 +19,8 @@ ground_truth is a dict, or a JSON string of one, in one of three forms:
         (a tuple matches a JSON list).
     {"fn_name": "add", "asserts": ["assert add(1, 2) == 3", ...]}
         each assert is split (with `ast`) into the expressions under test and the check around them.
-A ground truth in none of these forms, or an assert that is not one or more assert statements, raises ValueError
+A key whose value is null, and an empty fn_name, count as absent ({"inputs": ..., "outputs": ..., "fn_name": null}
+is stdin/stdout, as in APPS and TACO). A ground truth in none of these forms, or an assert that is not one or more assert statements, raises ValueError
 naming the sample, before anything runs. The program gets no stdin in the last two forms.
 
 The check that decides a case runs in the trainer, on values the sandbox printed, so the program cannot decide its
@@ -63,8 +64,11 @@ REWARD_TYPE = "batch"
 
 
 def check_setup(isolation: str = "bwrap", sandbox_endpoint: str = "", **limits: Any) -> None:
-    """Before training: the limits are valid and the sandbox can run a program here (bubblewrap installed and
-    allowed, or the named weaker mode); raises with what to install or set otherwise."""
+    """Before training: the limits and max_workers are valid and the sandbox can run a program here (bubblewrap
+    installed and allowed, or the named weaker mode); raises with what to install or set otherwise."""
+    max_workers = limits.get("max_workers", 4)
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
     known = ("wall_s", "cpu_s", "memory_mb", "output_kb", "max_processes", "nice", "sample_wall_s", "max_open_files")
     SandboxLimits(**{k: v for k, v in limits.items() if k in known}, isolation=isolation, endpoint=sandbox_endpoint)
     if isolation != "sandbox_fusion":

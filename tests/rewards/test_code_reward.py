@@ -58,6 +58,22 @@ def test_stdin_stdout_correct_partly_correct_and_wrong(code: ModuleType) -> None
     assert [score["overall"] for score in strict] == [1.0, 0.0]
 
 
+def test_keys_set_to_null_count_as_absent(code: ModuleType) -> None:
+    """Stdin tests of APPS/TACO-style data carry "fn_name": null (APPS's and verl's graders read it as stdin/stdout)
+    or "" (examples/recipes/prepare_or1_data.py drops it), and a dict column of mixed forms read from Parquet gives
+    every row every key, null where the row has none: such rows were refused ("ground_truth['fn_name'] must name a
+    Python function, got None")."""
+    apps = json.dumps({**STDIN_CASES, "fn_name": None})
+    empty = json.dumps({**STDIN_CASES, "fn_name": ""})
+    parquet_stdin = {**STDIN_CASES, "fn_name": None, "asserts": None}
+    parquet_asserts = {**ASSERT_CASES, "inputs": None, "outputs": None}
+    samples = [sample(ADD_STDIN, truth) for truth in (apps, empty, parquet_stdin)]
+    samples.append(sample(ADD_FUNCTION, parquet_asserts))
+    assert [score["overall"] for score in code.compute_score(samples)] == [1.0] * 4
+    with pytest.raises(ValueError, match="ground_truth\\['fn_name'\\] must name a Python function, got None"):
+        code.compute_score([sample(ADD_FUNCTION, {"fn_name": None, "asserts": ["assert add(1, 2) == 3"]})])
+
+
 def test_output_comparison_ignores_only_trailing_whitespace(code: ModuleType) -> None:
     cases = {"inputs": [""], "outputs": ["a b\nc\n"]}
     trailing = code.compute_score([sample("```python\nprint('a b   ')\nprint('c')\nprint()\nprint()\n```", cases)])
@@ -471,3 +487,15 @@ def test_the_sandbox_is_checked_before_training(monkeypatch: pytest.MonkeyPatch)
         check_reward_function(spec, {"wall_s": 0, "isolation": "namespaces"})
     with pytest.raises(RewardFunctionLoadError, match="SandboxLimits.endpoint must be the http"):
         check_reward_function(spec, {"isolation": "sandbox_fusion"})
+
+
+def test_max_workers_is_checked_before_training() -> None:
+    """max_workers: 0 passed the check before Ray started and stopped the run at its first reward step instead
+    (run_many_cases refused it there)."""
+    from verl.rewards.function import RewardFunctionLoadError, check_reward_function
+
+    spec = f"{REPO}/examples/reward_function/code.py:compute_score"
+    for max_workers in (0, -2, 1.5, True):
+        with pytest.raises(RewardFunctionLoadError, match="max_workers must be a positive integer"):
+            check_reward_function(spec, {"max_workers": max_workers})
+    check_reward_function(spec, {"max_workers": 2})

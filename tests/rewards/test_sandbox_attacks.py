@@ -26,6 +26,7 @@ from verl.rewards.sandbox import (
     bootstrap,
     bwrap,
     cgroups,
+    harness,
     judge,
     run_python,
     run_python_cases,
@@ -621,6 +622,21 @@ def test_a_sample_s_cases_share_one_time_budget() -> None:
     assert spent <= limits.sample_wall_s * bootstrap.WAIT_CAP + 1.0 < 12 * limits.wall_s, spent
 
 
+def test_a_sample_s_cases_share_one_time_budget_across_its_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_many_cases (what the code reward calls) keeps one sample_wall_s for all of a job's cases, however many
+    processes they need: it ran each CASES_PER_PROCESS chunk with a budget of its own, so a sample of 70 cases (3
+    processes) slept 7.5 s against a 2.5 s budget, and 320 cases cost 10 x sample_wall_s."""
+    monkeypatch.setattr(harness, "CASES_PER_PROCESS", 3)  # 12 cases in 4 processes, as 128 cases are at 32
+    program = "import time\ntime.sleep(0.9)\nprint('slept')\n"
+    limits = SandboxLimits(wall_s=1.0, sample_wall_s=2.5)
+    [results] = sandbox.run_many_cases([(program, [""] * 12)], limits, max_workers=4)
+    statuses = [result.status for result in results]
+    assert len(statuses) == 12 and statuses.count("ok") <= 3, statuses
+    assert all(result.status == "timeout" for result in results[3:]), statuses
+    spent = sum(result.wall_s for result in results)
+    assert spent <= limits.sample_wall_s * bootstrap.WAIT_CAP + 1.0 < 12 * limits.wall_s, spent
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Round three (issue 55): the case's own text, kernel-wide channels, kernel memory no cgroup charges, the trainer's
 # cost per sample.
@@ -728,9 +744,9 @@ KERNEL_CALLS = SYSCALL + textwrap.dedent(
     """
 )
 NR = {"x86_64": {"clone": 56, "unshare": 272, "fanotify_init": 300, "io_setup": 206, "io_uring_setup": 425,
-                 "fallocate": 285, "userfaultfd": 323, "perf_event_open": 298},
+                 "fallocate": 285, "userfaultfd": 323, "perf_event_open": 298, "sysinfo": 99},
       "aarch64": {"clone": 220, "unshare": 97, "fanotify_init": 262, "io_setup": 0, "io_uring_setup": 425,
-                  "fallocate": 47, "userfaultfd": 282, "perf_event_open": 241}}  # fmt: skip
+                  "fallocate": 47, "userfaultfd": 282, "perf_event_open": 241, "sysinfo": 179}}  # fmt: skip
 
 
 def _kernel_calls(body: str) -> str:
@@ -759,6 +775,22 @@ def test_machine_wide_channels_are_closed() -> None:
     )
     for limits in (SandboxLimits(), SandboxLimits(isolation="namespaces")):
         for result in (*run_python_cases(program, ["", ""], limits), run_python(program, limits=limits)):
+            assert (result.status, result.stdout) == ("ok", "took []\n"), (limits.isolation, result.stderr)
+
+
+@pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
+def test_the_machine_wide_counters_of_sysinfo_are_refused() -> None:
+    """sysinfo(2) gives the machine's process count, free memory and load averages whatever the namespaces: the
+    counters of the hidden /proc/stat, /proc/meminfo and /proc/loadavg. A run read 277, then 497 processes as the
+    host started 300, so a concurrent run's forks or allocations carried bits to it. Refused under both modes."""
+    program = _kernel_calls(
+        """
+        attempt("sysinfo", lambda: syscall(NR["sysinfo"], ctypes.create_string_buffer(256)))
+        print("took", took)
+        """
+    )
+    for limits in (SandboxLimits(), SandboxLimits(isolation="namespaces")):
+        for result in (*run_python_cases(program, [""], limits), run_python(program, limits=limits)):
             assert (result.status, result.stdout) == ("ok", "took []\n"), (limits.isolation, result.stderr)
 
 

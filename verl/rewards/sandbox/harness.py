@@ -5,6 +5,7 @@ other side). The harness compiles the program once and forks a child per case; i
 of the program can reach, and the trainer reads the cases' outputs from files the harness hands each case.
 """
 
+import functools
 import logging
 import math
 import os
@@ -103,7 +104,8 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
 def run_many_cases(
     jobs: Sequence[tuple[str, Sequence[CaseSpec]]], limits: SandboxLimits | None = None, max_workers: int = 4
 ) -> list[list[SandboxResult]]:
-    """`run_python_cases` for each (code, cases) job, `max_workers` processes at a time; results in job order."""
+    """`run_python_cases` for each (code, cases) job (one sample_wall_s for all of its cases), `max_workers` jobs at a
+    time; results in job order."""
     _check_workers(max_workers)
     limits = limits or SandboxLimits()
     specs = [(code, _case_specs(cases)) for code, cases in jobs]
@@ -111,9 +113,10 @@ def run_many_cases(
         return [[] for _ in specs]
     if limits.isolation == "sandbox_fusion":  # one request per case, max_workers at a time
         per_chunk, run = 1, lambda code, cases: [fusion.run_case(code + cases[0][1], cases[0][0], limits)]
-    else:
+    else:  # all of a job's cases in one _run_cases (CASES_PER_PROCESS per process, in turn): one sample_wall_s
         plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
-        per_chunk, run = CASES_PER_PROCESS, lambda code, cases: _run_cases(code, cases, limits, plan)
+        per_chunk = max(len(cases) for _, cases in specs)
+        run = functools.partial(_run_cases, limits=limits, plan=plan)
     chunks = [
         (index, code, cases[start : start + per_chunk])
         for index, (code, cases) in enumerate(specs)

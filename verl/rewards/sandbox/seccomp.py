@@ -19,6 +19,8 @@ cgroup charges:
   /proc/sys counter shows other runs' use.
 - `perf_event_open` (ring buffers in a per-user locked-memory budget runs share), `bpf` and `userfaultfd` (a common
   kernel-exploit step): no judged program needs them, and Docker refuses them too.
+- `sysinfo`: the machine's process count, free memory and load averages (what /proc/stat, /proc/meminfo and
+  /proc/loadavg, hidden, would show), whatever the namespaces: a concurrent run's processes or memory show there.
 - `fallocate` answers EOPNOTSUPP (glibc then writes, within RLIMIT_FSIZE): FALLOC_FL_KEEP_SIZE would allocate past
   the size limit on the trainer's files the program writes (its stderr).
 
@@ -81,6 +83,7 @@ _REFUSED = {
     "perf_event_open": (298, 241),
     "bpf": (321, 280),
     "userfaultfd": (323, 282),
+    "sysinfo": (99, 179),
 }
 _CHECKED = {
     "fcntl": (72, 25),
