@@ -175,7 +175,7 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
         return chosen, rejected, cut_chosen + cut_rejected
 
     train_chosen, train_rejected, train_cut = tokenized(train_pairs)
-    val_chosen, val_rejected, _ = tokenized(val_pairs) if val_pairs else ([], [], 0)
+    val_chosen, val_rejected, val_cut = tokenized(val_pairs) if val_pairs else ([], [], 0)
     micro = args.micro_batch_size
     results: dict[str, Any] = {
         "train_pairs": len(train_pairs),
@@ -184,13 +184,20 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
         "world_size": world,
         "device": device.type,
     }
-    if train_cut:
-        same = sum(chosen == rejected for chosen, rejected in zip(train_chosen, train_rejected))
-        _log(
-            f"warning: {train_cut} of {2 * len(train_pairs)} training conversations were cut to --max-length "
-            f"{args.max_length} (from the left)"
-            + (f"; {same} pair(s) became identical, with nothing to learn: raise --max-length" if same else "")
-        )
+    if val_pairs:
+        results["val_truncated_ratio"] = val_cut / (2 * len(val_pairs))
+    # the validation pairs are cut as the worker cuts what it scores; a tie after the cut is no win (val_accuracy)
+    for what, cut, chosen_ids, rejected_ids, outcome in (
+        ("training", train_cut, train_chosen, train_rejected, "with nothing to learn"),
+        ("validation", val_cut, val_chosen, val_rejected, "which count as wrong in val_accuracy"),
+    ):
+        if cut:
+            same = sum(chosen == rejected for chosen, rejected in zip(chosen_ids, rejected_ids))
+            _log(
+                f"warning: {cut} of {2 * len(chosen_ids)} {what} conversations were cut to --max-length "
+                f"{args.max_length} (from the left)"
+                + (f"; {same} pair(s) became identical, {outcome}: raise --max-length" if same else "")
+            )
     if val_pairs:
         results["val_accuracy_initial"] = _accuracy(model, val_chosen, val_rejected, pad_id, micro)
         _log(f"before training: val_accuracy {results['val_accuracy_initial']:.3f}")

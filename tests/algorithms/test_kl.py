@@ -155,6 +155,20 @@ def test_apply_kl_penalty_subtracts_beta_kl_on_response_tokens_and_updates_the_c
     assert ctrl.value == pytest.approx(0.1 * (1 + error * 2 / 10), rel=1e-6)
 
 
+def test_a_response_without_tokens_is_left_out_of_the_batch_kl() -> None:
+    """A response of no tokens has no token-mean KL: it was averaged in as 0, which lowered actor/kl_penalty and the
+    KL the adaptive controller steers by (two responses of KL 0.5 and an empty one: 1/3, not 0.5)."""
+    log_probs = torch.zeros(3, 2)
+    ref_log_probs = torch.tensor([[-0.5, -0.5], [-0.5, -0.5], [-0.5, -0.5]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    _, metrics = apply_kl_penalty(torch.zeros(3, 2), log_probs, ref_log_probs, mask, FixedKLController(0.1), "kl")
+    assert metrics["actor/kl_penalty"] == pytest.approx(0.5)
+    _, metrics = apply_kl_penalty(
+        torch.zeros(1, 2), log_probs[:1], ref_log_probs[:1], mask[2:], FixedKLController(0.1), "kl"
+    )
+    assert metrics["actor/kl_penalty"] == 0.0  # no tokens at all: 0, not NaN
+
+
 def test_kl_loss_is_the_aggregated_estimate() -> None:
     log_probs = torch.tensor([[-1.0, -0.5, -3.0], [-0.2, -0.1, -0.1]], requires_grad=True)
     ref = torch.tensor([[-1.5, -0.2, -0.1], [-0.3, -1.0, -2.0]])

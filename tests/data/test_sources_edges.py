@@ -89,11 +89,19 @@ def test_a_bad_line_of_json_lines_in_a_json_file_is_named_by_its_line_and_row(tm
         load_source(str(path))
 
 
-def test_a_saved_dataset_of_one_split_refuses_a_split_name(tmp_path):
+def test_a_saved_dataset_of_one_split_takes_its_own_split_name_and_refuses_another(tmp_path):
+    """EasyR1 configs name a split (`path@train`), which a file takes; a folder written by Dataset.save_to_disk
+    refused it ("write it without '@train'"). Its own split name is taken (`train` for a dataset of none, as a file's
+    rows are), another is refused, naming the one it holds."""
     datasets.Dataset.from_list([{"prompt": "a", "answer": "1"}]).save_to_disk(str(tmp_path / "saved"))
     assert _prompts(tmp_path / "saved") == ["a"]
-    with pytest.raises(ValueError, match=r"holds a single split; write it without '@train'"):
-        load_source(f"{tmp_path / 'saved'}@train")
+    assert [row["prompt"] for row in load_source(f"{tmp_path / 'saved'}@train").rows] == ["a"]
+    with pytest.raises(ValueError, match=r"holds a single split, 'train' \(read whole\); write it without '@test'"):
+        load_source(f"{tmp_path / 'saved'}@test")
+    datasets.Dataset.from_list([{"prompt": "b", "answer": "2"}], split="test").save_to_disk(str(tmp_path / "test"))
+    assert [row["prompt"] for row in load_source(f"{tmp_path / 'test'}@test").rows] == ["b"]
+    with pytest.raises(ValueError, match=r"holds a single split, 'test' \(read whole\); write it without '@train'"):
+        load_source(f"{tmp_path / 'test'}@train")
 
 
 def test_an_empty_dataset_path_is_called_empty():

@@ -49,6 +49,11 @@ def chatml_base_sft(tmp_path_factory, workspace):  # noqa: F811
     write_conversations(root / "train.jsonl", 32, seed=0)
     write_conversations(root / "val.jsonl", 8, seed=1)
     run_sft(load_sft_config(sft_args(root, str(base), str(root / "sft"), "trainer.max_steps=2")))
+    # the export's generation_config.json stops at <|im_end|> too (`stop_at_turn_end`); the base's, as another
+    # trainer's export (EasyR1's) keeps it, is what the rollout, verl.serve and the judge must stop on their own
+    exported = root / "sft" / "huggingface" / "generation_config.json"
+    assert json.loads(exported.read_text())["eos_token_id"] == [2048, 2050]
+    exported.write_text(json.dumps({**json.loads(exported.read_text()), "eos_token_id": 2048}))
     return root
 
 

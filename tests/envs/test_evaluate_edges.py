@@ -189,6 +189,31 @@ def test_a_reset_or_episode_info_that_hangs_stops_at_the_env_step_timeout(style,
     assert time.monotonic() - started < 30
 
 
+def test_a_reset_that_returns_none_is_named_as_resets_error():
+    """A `reset` without its `return` gave the episode the state None: the first `step` failed on it, named as the
+    step's error after model turn 1 ("'NoneType' object is not subscriptable"). The rollout checks `reset`'s result
+    with the same check (`checked_state`)."""
+    from verl.envs import MultiTurnEnv
+    from verl.envs.base import EnvCodeError
+    from verl.envs.evaluate import run_episode
+
+    class Forgot(MultiTurnEnv):
+        def reset(self, row):
+            {"target": 4}  # noqa: B018 (the `return` left out)
+
+        def env_response(self, state, response):
+            return [], response == str(state["target"])
+
+    client = types.SimpleNamespace(
+        chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=lambda **request: reply("4")))
+    )
+    setup = EpisodeSetup(row={}, prompt="p", images=[], model="m", max_turns=2, sampling={})
+    with pytest.raises(
+        EnvCodeError, match=r"^Forgot \(--env\): reset raised TypeError for the row: reset returned None"
+    ):
+        run_episode(Forgot(), setup, client)
+
+
 def test_a_reply_without_a_message_is_no_chat_completion():
     with pytest.raises(EndpointReplyError, match="the reply is no chat completion"):
         _completion(types.SimpleNamespace(choices=[types.SimpleNamespace(message=None)]))

@@ -427,13 +427,20 @@ def test_bradley_terry_script_trains_a_reward_model_the_worker_loads(pool, model
 
 def test_the_script_says_when_the_length_limit_cuts_the_pairs_to_nothing_to_learn(model_root, tmp_path):
     """--max-length 2 trained on pairs cut to their last two tokens (chosen and rejected the same: loss log 2, nothing
-    learnable) without a word."""
+    learnable) without a word; the validation pairs were cut too, with neither a word nor a figure in the results."""
     lm_dir = get_or_build_tiny_model("qwen2", model_root, **SMALL)
     pairs = tmp_path / "train.jsonl"
     pairs.write_text("".join(json.dumps(pair) + "\n" for pair in arithmetic_pairs(8, random.Random(0))))
+    (tmp_path / "val.jsonl").write_text(pairs.read_text().splitlines(keepends=True)[0] * 3)
     args = ["--model", lm_dir, "--init-from-lm", "--train", str(pairs), "--output", str(tmp_path / "rm")]
+    args += ["--val", str(tmp_path / "val.jsonl")]
     args += ["--epochs", "1", "--batch-size", "8", "--max-length", "2", "--device", "cpu"]
     proc = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning: 16 of 16 training conversations were cut to --max-length 2 (from the left);" in proc.stdout
     assert "pair(s) became identical, with nothing to learn: raise --max-length" in proc.stdout
+    assert (
+        "warning: 6 of 6 validation conversations were cut to --max-length 2 (from the left); 3 pair(s) became "
+        "identical, which count as wrong in val_accuracy" in proc.stdout
+    )
+    assert json.loads(proc.stdout.splitlines()[-1])["val_truncated_ratio"] == 1.0

@@ -636,3 +636,39 @@ def test_a_model_of_its_own_code_is_saved_with_it_and_exports_with_trust_remote_
     assert type(exported).__name__ == "MyQForCausalLM"
     for name, value in model.state_dict().items():
         assert torch.equal(exported.state_dict()[name], value), name
+
+
+def test_a_chatml_base_models_export_stops_at_the_end_of_a_turn(tmp_path) -> None:
+    """A base model whose EOS is `<|endoftext|>` (Qwen2.5-7B), trained on its ChatML template, whose turns end with
+    `<|im_end|>`: the rollout stops there, but the export kept the base's generation_config.json, and transformers'
+    generate (or vLLM) serving the export went on past `<|im_end|>`, writing the next turns. The checkpoint's side
+    files (which the merger exports) now stop at both, the base's EOS first."""
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from verl.models.tiny_models import build_tiny_model
+    from verl.utils import quiet
+    from verl.utils.checkpoint import FSDPCheckpointManager
+
+    base = tmp_path / "base"
+    build_tiny_model(str(base), hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=128)
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    end_of_text, im_end = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"])
+    tokenizer.eos_token = "<|endoftext|>"
+    tokenizer.save_pretrained(str(base))
+    GenerationConfig(eos_token_id=end_of_text).save_pretrained(str(base))  # the base's: EOS alone
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    actor = tmp_path / "global_step_1" / "actor"
+    with quiet.one_process_checkpoint_io():
+        dcp.save({"model": model.state_dict()}, checkpoint_id=str(actor), no_dist=True)
+    FSDPCheckpointManager(model, tokenizer=AutoTokenizer.from_pretrained(str(base)))._save_hf_files(str(actor))
+    assert model.generation_config.eos_token_id == end_of_text  # the live model's own is left as it was
+    done = run_merger("--local_dir", str(actor), "--target_dir", str(tmp_path / "export"), "--dtype", "fp32")
+    assert done.returncode == 0, done.stderr
+    assert GenerationConfig.from_pretrained(str(tmp_path / "export")).eos_token_id == [end_of_text, im_end]
+    # an instruct model's generation config, which stops at <|im_end|> already, is written as it was
+    instruct = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    instruct.generation_config.eos_token_id = [im_end, end_of_text]
+    FSDPCheckpointManager(instruct, tokenizer=tokenizer)._save_hf_files(str(tmp_path / "instruct"))
+    written = GenerationConfig.from_pretrained(str(tmp_path / "instruct" / "huggingface"))
+    assert written.eos_token_id == [im_end, end_of_text]

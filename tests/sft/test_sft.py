@@ -683,7 +683,7 @@ def test_an_image_removed_during_sft_stops_it_with_one_line_after_saving_the_las
         return collate(dataset, indices)
 
     monkeypatch.setattr(sft_main, "_collate", removing_the_image)
-    assert sft_main.main(args) == 2
+    assert sft_main.main(args) == 1  # as RL's run that a row stops once training runs (it was 2, a refusal's)
     err = capsys.readouterr().err
     file = "train" if when == "step_2" else "val"
     assert "Traceback" not in err and re.match(rf"Error: file '.*{file}\.jsonl', row \d+, key 'images': image 0 ", err)
@@ -1028,3 +1028,39 @@ def test_the_export_of_a_qwen3_vl_moe_keeps_its_checkpoints_expert_layout(tmp_pa
     assert experts and sorted(exported) == sorted(stored)
     for name, tensor in stored.items():
         assert exported[name].shape == tensor.shape and torch.equal(exported[name], tensor), name
+
+
+def _export(rank: int, world_size: int, port: int, args: list[str], out: str) -> None:
+    from tests.workers.fsdp_testing import init_rank
+    from verl.sft.config import load_sft_config
+    from verl.sft.worker import SFTWorker
+
+    init_rank(rank, world_size, port)
+    worker = SFTWorker(load_sft_config(args).worker, device="cpu")
+    worker.init_model(training_steps=1, seed=0)
+    worker.export_hf_model(out)
+
+
+@pytest.mark.slow
+def test_a_chatml_base_models_export_stops_at_the_end_of_a_turn(models, tmp_path) -> None:
+    """A base model whose EOS is `<|endoftext|>` (Qwen2.5-7B) fine-tuned on its ChatML template, whose turns end with
+    `<|im_end|>`: the export kept the base's generation_config.json, so transformers' generate and vLLM serving it went
+    on past `<|im_end|>` writing the next turns (the rollout and verl.serve stop there). The export's generation
+    config now stops at both, the base's EOS first. (One FSDP rank, untrained: the export is what is tested.)"""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from tests.workers.fsdp_testing import spawn
+
+    base = tmp_path / "base"
+    shutil.copytree(models["text"], base)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    (base / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|endoftext|>"}))
+    end_of_text, im_end = AutoTokenizer.from_pretrained(str(base)).convert_tokens_to_ids(
+        ["<|endoftext|>", "<|im_end|>"]
+    )
+    GenerationConfig(eos_token_id=end_of_text).save_pretrained(str(base))
+    write_conversations(tmp_path / "train.jsonl", 2, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 2, seed=1)
+    out = tmp_path / "export"
+    spawn(_export, 1, sft_args(tmp_path, str(base), str(tmp_path / "run"), "trainer.n_gpus_per_node=1"), str(out))
+    assert GenerationConfig.from_pretrained(str(out)).eos_token_id == [end_of_text, im_end]

@@ -386,6 +386,28 @@ def test_mlflow_logs_every_metric_whatever_its_name_and_continues_a_run(tmp_path
     assert "keeps its parameters data.seed" in caplog.text
 
 
+def test_a_continued_mlflow_run_keeps_one_point_per_step_across_a_resume(tmp_path, monkeypatch, caplog):
+    """A run resumed from its step-1 checkpoint with MLFLOW_RUN_ID redoes step 2: MLflow keeps every value it is sent,
+    so the run's history had two points at step 2 (its chart zigzagged), where the file and TensorBoard logs keep one
+    per step. As wandb with WANDB_RUN_ID, the continued run logs only the steps it does not have yet."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run_tracker("mlflow", str(tmp_path))
+    client = MlflowClient(tracking_uri="sqlite:///" + str(tmp_path / "mlflow.db"))
+    (run,) = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
+    monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
+    resumed = Tracker(["mlflow"], "proj", "exp", str(tmp_path), CONFIG, start_step=1)
+    with caplog.at_level(logging.INFO):
+        for step, score in ((2, 0.5), (3, 1.0)):
+            resumed.log({"critic/score/mean": score, "val/reward_score": score}, step)
+    resumed.finish()
+    history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "critic/score/mean"))
+    assert history == [(1, 0.25), (2, 0.75), (3, 1.0)]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/reward_score")] == [2, 3]  # new: logged
+    assert "already has step 2 of critic/score/mean" in caplog.text
+
+
 def test_a_logger_package_or_folder_missing_is_found_before_ray(tmp_path, monkeypatch):
     from verl.utils.logger.backends import check_logger_services
 

@@ -162,13 +162,14 @@ def apply_kl_penalty(
     kl_penalty: str,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL as a reward penalty (arXiv 1909.08593): r_t = score_t - beta * KL_t, beta = `kl_ctrl.value`.
-    The controller is then updated with the batch KL (mean over responses of the token-mean KL). Returns the rewards
-    and metrics `actor/kl_penalty` (batch KL) and `actor/kl_coef` (beta applied)."""
+    The controller is then updated with the batch KL (mean over responses of the token-mean KL; a response without
+    tokens has no token mean and is left out, as from the loss's sequence means, rather than counted as KL 0). Returns
+    the rewards and metrics `actor/kl_penalty` (batch KL) and `actor/kl_coef` (beta applied)."""
     mask = response_mask.to(torch.float32)
     kld = compute_kl(log_probs, ref_log_probs, kl_penalty) * mask
     beta = kl_ctrl.value
     token_level_rewards = token_level_scores - beta * kld.to(token_level_scores.dtype)
-    current_kl = masked_mean(kld, mask, dim=-1).mean().item()
+    current_kl = masked_mean(masked_mean(kld, mask, dim=-1), mask.sum(-1) > 0).item()
     kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
     return token_level_rewards, {"actor/kl_penalty": current_kl, "actor/kl_coef": beta}
 

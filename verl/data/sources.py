@@ -641,8 +641,11 @@ def _load_from_disk(path: str, split: str | None, spec: str) -> RowSource:
         if split not in loaded:
             raise ValueError(f"Dataset {spec!r} has no split {split!r}; its splits are {sorted(loaded)}.")
         loaded = loaded[split]
-    elif split is not None:
-        raise ValueError(f"Dataset directory {path!r} holds a single split; write it without '@{split}'.")
+    elif split is not None and split != str(loaded.split or "train"):  # EasyR1's `path@train`, as for a file
+        raise ValueError(
+            f"Dataset directory {path!r} holds a single split, {str(loaded.split or 'train')!r} (read whole); write it "
+            f"without '@{split}'."
+        )
     return RowSource(loaded, [(f"dataset '{spec}'", 0)], list(loaded.column_names))
 
 
@@ -747,7 +750,8 @@ def ground_truth(answer: Any) -> Any:
     floats), a bool as "True" / "False"; text as it is, a list or dict with its integral floats as ints at any depth
     (the accepted answers [4] beside [3, 0.5] in another row are read as [4.0], which an exact match of "4" failed;
     likewise [[1, 2]] beside [[0.5]], and {"x": 4} beside {"x": 0.5}); None for a missing answer (null, or NaN,
-    pandas' missing value)."""
+    pandas' missing value). A dict from Parquet or Arrow has every key of its column's struct type, null where the
+    row's dict had none or a null (the file cannot tell them apart: they are kept; README)."""
     if isinstance(answer, float) and math.isnan(answer):
         return None
     if isinstance(answer, (list, dict)):

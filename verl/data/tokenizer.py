@@ -294,6 +294,24 @@ def turn_end_stop(
     return closing
 
 
+def stop_at_turn_end(generation_config: Any, tokenizer: Any) -> None:
+    """Add to an export's `generation_config` (in place) the token `tokenizer`'s chat template closes a turn with,
+    where that is none of its stop tokens: the export of a base model whose EOS is `<|endoftext|>`, trained on ChatML
+    turns closed by `<|im_end|>`, kept the base's generation_config.json, and vLLM or transformers' generate went on
+    past `<|im_end|>` writing the next turns (the rollout and `verl.serve` stop there: `turn_end_stop`). eos_token_id
+    becomes a list: the configured stops, then that token (TRL's `setup_chat_format` and the alignment handbook
+    likewise make the exported generation config stop where the trained turns end)."""
+    if generation_config is None or tokenizer is None:
+        return
+    closing = turn_end_token_id(tokenizer)
+    eos = generation_config.eos_token_id
+    stops = list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
+    if not stops and tokenizer.eos_token_id is not None:  # none configured: generate stops at the tokenizer's
+        stops = [tokenizer.eos_token_id]
+    if closing is not None and closing not in stops:
+        generation_config.eos_token_id = [*stops, closing]
+
+
 def media_placeholder_bias(processor: Any, tokenizer: Any) -> dict[int, float] | None:
     """logit_bias -100 on the processor's image, video and audio placeholder tokens, which a model must not generate:
     they would break the rope index, and Gemma 4's trainer embeds an `<|audio|>` as padding where the engine does not

@@ -104,6 +104,17 @@ def _checked_call(env: Any, name: str, hook: str, where: str, args: tuple, check
         raise env_code_error(name, hook, where, error) from error
 
 
+def checked_state(state: Any) -> Any:
+    """`state` of a `reset` call, else TypeError where it is None (a `return` left out: the episode's first `step`
+    then failed on None, naming `step` rather than `reset`, or a ChatClientEnv's rollout could record nothing)."""
+    if state is None:
+        raise TypeError(
+            "reset returned None; return the episode's state, a dict (e.g. {'row': row}), which step and "
+            "episode_info get"
+        )
+    return state
+
+
 STEP_ROLES = ("user", "tool", "system")
 
 

@@ -40,6 +40,7 @@ from verl.envs.base import (
     SingleTurnEnv,
     call_env,
     checked_info,
+    checked_state,
     checked_step,
     env_code_error,
     release_env,
@@ -430,7 +431,15 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
     training (their tool results counted in cut_tool_messages)."""
     name = f"{type(env).__name__} (--env)"
-    state = _env_call(setup, env, name, "reset", "for the row", {**setup.row, "prompt_images": list(setup.images)})
+    state = _env_call(
+        setup,
+        env,
+        name,
+        "reset",
+        "for the row",
+        {**setup.row, "prompt_images": list(setup.images)},
+        check=checked_state,
+    )
     messages: list[dict[str, Any]] = [*setup.context, prompt_message(setup.prompt, setup.images)]
     extra = {"tools": setup.tools} if setup.tools is not None else {}
     counts = _new_counts()
@@ -501,7 +510,9 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             f"{len(setup.images)} images."
         )
     name = f"{type(env).__name__} (--env)"
-    state = _env_call(setup, env, name, "reset", "for the row", {**setup.row, "prompt_images": []})
+    state = _env_call(
+        setup, env, name, "reset", "for the row", {**setup.row, "prompt_images": []}, check=checked_state
+    )
     counts = _new_counts()
     seen: list[dict[str, Any]] = []  # the last answered request and its reply
     written: list[dict[str, Any]] = []  # each reply as the model wrote it, tool calls as blocks in its text

@@ -415,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if getattr(err, "checkpointed", False):  # a row failing mid-run, after its step was saved: as RL says
             print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
+            return 1  # as RL's exit for a row that fails once training runs (2: refused before any step)
         return 2
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)

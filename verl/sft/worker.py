@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.data.tokenizer import get_processor, get_tokenizer, stop_at_turn_end
 from verl.models.fsdp import (
     build_device_mesh,
     clip_grad_norm,
@@ -181,6 +181,7 @@ class SFTWorker(Worker):
             model.tie_weights()
             model.to(declared_dtype(load_model_config(self.config.model)))  # as the base model's folder has them
             model.config = exported_config(model)
+            stop_at_turn_end(model.generation_config, self.tokenizer)  # a base's EOS: the trained turns' end too
             written = f"{path}.tmp"  # renamed into place once whole: a failed export (a full disk) leaves no half
             shutil.rmtree(written, ignore_errors=True)
             try:

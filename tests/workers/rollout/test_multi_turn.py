@@ -65,6 +65,11 @@ class WrongCountdown(Countdown):
         super().__init__(rounds)
         self.wrong = wrong
 
+    def reset(self, row):
+        state = super().reset(row)
+        if self.wrong != "reset":  # "reset": its `return` left out
+            return state
+
     def step(self, state, response):
         if self.wrong == "step":
             return [{"role": "user", "content": "again"}], False
@@ -639,11 +644,13 @@ def test_an_environment_that_raises_is_named_with_where_it_raised(rollout, fail_
         ("done", r"step raised TypeError .*: EnvStep.done is 'false'; give True or False"),  # "false" ended it
         ("exit", r"step raised SystemExit on episode 0 after model turn 1: unit tests failed"),  # ended the worker
         ("image", r"step raised ValueError on episode 0 after model turn 1 \(its messages\): The environment's "),
+        ("reset", r"reset raised TypeError for prompt row 0: reset returned None; return the episode's state"),
     ],
 )
 def test_an_environment_that_returns_the_wrong_thing_is_named(rollout, wrong, pattern):
     """A step that returns a tuple used to fail as a bare AttributeError inside the rollout, a message whose content
-    is a number as a TypeError naming no environment, and an episode_info of strings as a ValueError."""
+    is a number as a TypeError naming no environment, and an episode_info of strings as a ValueError; a reset that
+    returns None (its `return` left out) failed in the first step, named as the step's error."""
     engine, _ = rollout
     prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
     step_env = engine.env

@@ -5,6 +5,7 @@ loadable on any number of ranks. Writes go to `<path>.tmp`, renamed once all ran
 never leaves a complete-looking directory. `huggingface/` beside the shards holds config and tokenizer."""
 
 import contextlib
+import copy
 import dataclasses
 import logging
 import os
@@ -249,9 +250,11 @@ class FSDPCheckpointManager:
         files); a LoRA run's adapter config in `path` itself, so that a merged export there loads as a plain model."""
         hf_dir = os.path.join(path, HF_SUBDIR)
         os.makedirs(hf_dir, exist_ok=True)
-        from verl.models.loading import exported_config  # transformers: not on the entry modules' import path
+        from verl.data.tokenizer import stop_at_turn_end  # transformers: not on the entry modules' import path
+        from verl.models.loading import exported_config
 
-        generation_config = getattr(self.model, "generation_config", None)
+        generation_config = copy.deepcopy(getattr(self.model, "generation_config", None))
+        stop_at_turn_end(generation_config, self.tokenizer)  # a base's EOS: the trained turns' end too (the merger's)
         config = exported_config(self.model)
         for part in (config, generation_config, self.tokenizer, self.processor):
             if part is not None:

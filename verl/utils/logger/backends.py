@@ -430,7 +430,10 @@ def mlflow_metric_name(key: str) -> str:
 
 class MlflowBackend(Backend):
     """A run in MLflow's tracking store: a local SQLite file (<log_dir>/mlflow.db, artifacts in <log_dir>/mlruns)
-    unless MLFLOW_TRACKING_URI is set. MLFLOW_RUN_ID continues a run: the parameters it already has are kept."""
+    unless MLFLOW_TRACKING_URI is set. MLFLOW_RUN_ID continues a run: the parameters it already has are kept, and so
+    are its metrics' points: a metric is not logged again at a step the run has it at (a resumed run redoes the steps
+    after its checkpoint; MLflow keeps every value it is sent and cannot remove one, so they were two points a step),
+    as wandb does with WANDB_RUN_ID."""
 
     def __init__(self, log_dir: str, project: str, experiment: str, config: dict[str, Any]) -> None:
         import mlflow
@@ -446,7 +449,14 @@ class MlflowBackend(Backend):
         mlflow.set_experiment(project)
         self.run = mlflow.start_run(run_name=experiment)
         logger.info("mlflow: run %s in %s", self.run.info.run_id, mlflow.get_tracking_uri())
-        had = mlflow.get_run(self.run.info.run_id).data.params  # a continued run's (MLFLOW_RUN_ID): not changed
+        data = mlflow.get_run(self.run.info.run_id).data
+        had = data.params  # a continued run's (MLFLOW_RUN_ID): not changed
+        client = mlflow.tracking.MlflowClient()
+        self.logged = {
+            key: {point.step for point in client.get_metric_history(self.run.info.run_id, key)} for key in data.metrics
+        }
+        """A continued run's steps by metric name, which are not logged again."""
+        self.said_logged = False
         params = {key: str(value)[:6000] for key, value in flat_config(config).items()}
         changed = sorted(key for key in params if key in had and had[key] != params[key])
         if changed:
@@ -466,7 +476,20 @@ class MlflowBackend(Backend):
                 logger.warning(
                     "mlflow: metric %r is logged as %r (MLflow names may not hold its characters).", key, name
                 )
+            if step in self.logged.get(name, ()):
+                if not self.said_logged:
+                    self.said_logged = True
+                    logger.info(
+                        "mlflow: run %s already has step %d of %s (this run redoes the steps after its checkpoint): "
+                        "the points it has are kept, not logged again.",
+                        self.run.info.run_id,
+                        step,
+                        name,
+                    )
+                continue
             named[name] = value
+        if not named:
+            return
         # through MLflow's own queue: a slow or unreachable tracking server (its client retries for minutes) does
         # not hold the training step; a batch it cannot log is logged as an error by MLflow
         self.mlflow.log_metrics(named, step=step, synchronous=False)

@@ -22,7 +22,7 @@ from verl.data.dataset import RESPONSE_BUDGET_COLUMN
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.data.tokenizer import eos_token_ids, media_placeholder_bias, turn_end_stop
 from verl.envs import load_environment
-from verl.envs.base import call_env, checked_info
+from verl.envs.base import call_env, checked_info, checked_state
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
 from verl.models.config import (
@@ -670,7 +670,7 @@ class VLLMRollout:
                 own = copy.deepcopy({key: value for key, value in fields.items() if key != "prompt_images"})
                 own["prompt_images"] = list(fields["prompt_images"])  # the pictures themselves are shared
                 where, limit = f"for prompt row {row}", self.config.env_step_timeout_s
-                state = call_env(self.env, self._env_name, "reset", where, own, timeout_s=limit)
+                state = call_env(self.env, self._env_name, "reset", where, own, check=checked_state, timeout_s=limit)
                 episodes.append(Episode(prompt_input=item, state=state, seed=seed))
         return episodes
 
