@@ -19,7 +19,7 @@ from PIL import Image
 from verl.data.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
 from verl.data.multimodal import load_video, process_media, resize_image, resized_size
 from verl.data.tokenizer import get_processor, get_tokenizer
-from verl.models.rope_index import VIDEO_TOKEN, RopeIndex
+from verl.models.rope_index import VIDEO_TOKEN, RopeIndex, load_model_config
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto, collate_fn
 from verl.trainer.data_loader import MEDIA_LOADER_WORKERS, loader_workers
@@ -810,6 +810,53 @@ def test_a_video_over_video_max_frames_is_a_bad_row_named(tmp_path, vl25):
     assert RLHFDataset(rows, tokenizer, processor, video_max_frames=8, **options)[0]["multi_modal_data"]["videos"]
     with pytest.raises(DatasetRowError, match=r"row 0, key 'videos': video 0 cannot be read: .*video_max_frames=6"):
         RLHFDataset(rows, tokenizer, processor, video_max_frames=6, **options)
+
+
+@pytest.mark.parametrize("kind", ["qwen3_vl", "glm4v"])
+def test_a_video_of_one_frame_is_read_as_one_temporal_patch(tmp_path, model_dirs, kind):
+    """A clip of one frame at data.video_fps (under 0.5 s at 2 fps) or a video given as one frame: Qwen3-VL's and
+    GLM-4.1V's processors refuse a video shorter than a temporal patch ("t:1 must be larger than temporal_factor:2"),
+    so the row was bad; the frame is repeated, as Qwen2-VL's processor pads it, and the prompt's video tokens are the
+    features the workers rebuild from multi_modal_data."""
+    tokenizer, processor = get_tokenizer(model_dirs[kind]), get_processor(model_dirs[kind])
+    write_video(str(tmp_path / "short.mp4"), num_frames=1, rate=4)
+    _image(64, 48).save(tmp_path / "frame.png")
+    rows = [
+        {"prompt": "What happens in <video>?", "answer": "x", "videos": ["short.mp4"]},
+        {"prompt": "What happens in <video>?", "answer": "x", "videos": [["frame.png"]]},
+    ]
+    dataset = RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), max_prompt_length=256, **PIXELS)
+    for index in range(len(rows)):
+        example = dataset[index]
+        video = example["multi_modal_data"]["videos"][0]
+        assert video.shape[0] == 2 and np.array_equal(video[0], video[1])
+        grid = process_media(example["multi_modal_data"], processor)["video_grid_thw"]
+        assert grid[0, 0].item() == 1  # one temporal patch
+        token_types = RopeIndex(load_model_config(model_dirs[kind])).mm_token_type_ids(example["input_ids"])
+        assert int((token_types == VIDEO_TOKEN).sum()) == grid.prod().item() // 4
+
+
+def test_a_glm_row_of_two_videos_is_a_bad_row_named_as_vllm_takes_one(tmp_path, model_dirs):
+    """GLM-4.1V and GLM-4.5V: vLLM takes one video a prompt. A row of two (or an image and two) was read, and the
+    engine refused its prompt at the first rollout ("At most 1 video(s) may be provided in one prompt"), which
+    stopped the run; a row of one video beside an image is still read."""
+    from vllm.model_executor.models.glm4_1v import Glm4vProcessingInfo
+
+    assert Glm4vProcessingInfo.get_supported_mm_limits(None)["video"] == 1  # when vLLM takes more, the check may go
+    tokenizer, processor = get_tokenizer(model_dirs["glm4v"]), get_processor(model_dirs["glm4v"])
+    write_video(str(tmp_path / "clip.mp4"), num_frames=4, rate=4)
+    _image(56, 56).save(tmp_path / "a.png")
+    rows = [
+        {"prompt": "Compare <image> with <video>.", "answer": "a", "images": ["a.png"], "videos": ["clip.mp4"]},
+        {"prompt": "Compare <video> with <video>.", "answer": "a", "images": [], "videos": ["clip.mp4", "clip.mp4"]},
+    ]
+    options = {"image_dir": str(tmp_path), "video_fps": 4.0, "max_prompt_length": 256, **PIXELS}
+    with pytest.raises(
+        DatasetRowError, match=r"row 1, key 'videos': the row has 2 videos but vLLM takes at most one video a prompt"
+    ):
+        RLHFDataset(rows, tokenizer, processor, **options)
+    dataset = RLHFDataset(rows, tokenizer, processor, skip_bad_rows=True, **options)
+    assert dataset.indices == [0] and len(dataset[0]["multi_modal_data"]["videos"]) == 1
 
 
 def test_every_image_form_gives_the_same_tokens(tmp_path, vl25):

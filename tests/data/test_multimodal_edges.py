@@ -136,11 +136,52 @@ def test_a_video_is_sampled_at_the_rate_asked_for_to_its_end(clip):
         load_video(clip, 2.0, None, None, max_frames=3)
 
 
+def test_a_clip_whose_stream_starts_late_is_read_from_its_first_frame(tmp_path):
+    """A clip whose first frame is stamped 2 s (cut from a longer recording): the 2 s before it came out as copies of
+    the first frame (8 more frames at 4 fps, and Qwen3-VL's timestamps 2 s late), or the clip was over
+    data.video_max_frames."""
+    late = write_video(str(tmp_path / "late.mp4"), num_frames=8, rate=4, start_frame=8)
+    frames = load_video(late, 4.0, None, None, max_frames=8)
+    assert [round(frame.mean() / 15) for frame in frames] == list(range(8))
+
+
+@pytest.mark.parametrize("rotation", [90, 180, -90])
+def test_a_clip_with_a_display_rotation_is_read_upright_as_vllm_reads_it(tmp_path, rotation):
+    """A phone's portrait clip is stored landscape with a display rotation: its frames were read sideways, and the
+    model trained on them so, while vLLM's video loader (verl.serve's `video_url`) and every player turn them."""
+    import av
+    from vllm.multimodal.video import VIDEO_LOADER_REGISTRY
+
+    pixels = np.zeros((48, 64, 3), np.uint8)
+    pixels[:24, :32] = 255  # the top-left quarter white: any turn or mirror shows
+    path = str(tmp_path / f"turned{rotation}.mp4")
+    with av.open(path, "w") as container:
+        stream = container.add_stream("mpeg4", rate=4)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.set_display_rotation(rotation)
+        for _ in range(2):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    theirs, _ = VIDEO_LOADER_REGISTRY.load("opencv").load_bytes(open(path, "rb").read(), num_frames=-1)
+    ours = load_video(path, 4.0, None, None)
+    assert ours.shape == theirs.shape == ((2, 48, 64, 3) if rotation == 180 else (2, 64, 48, 3))
+    assert ((ours > 127) == (theirs > 127)).mean() > 0.98  # mpeg4 blurs the quarter's edges a little
+
+
 def test_a_rate_of_zero_and_a_missing_video_are_named(clip, tmp_path):
     with pytest.raises(ValueError, match="data.video_fps must be positive, got 0"):
         load_video(clip, 0, None, None)
     with pytest.raises(FileNotFoundError, match=r"does not exist \(data.image_dir is '.*'\)"):
         load_video("missing.mp4", 2.0, None, None, video_dir=str(tmp_path))
+
+
+def test_a_folder_of_frames_given_as_a_video_is_named_a_folder(tmp_path):
+    """A video given as the folder of its frames was "video file ... does not exist", of a folder that does."""
+    (tmp_path / "frames").mkdir()
+    with pytest.raises(ValueError, match=r"video '.*frames' is a folder; give a video file, or the paths of its fr"):
+        load_video("frames", 2.0, None, None, video_dir=str(tmp_path))
 
 
 def test_frames_of_other_sizes_take_the_first_ones_size(tmp_path):

@@ -438,6 +438,11 @@ def test_videos_are_refused_not_learned_as_a_marker(models, tokenizer):
             SFTDataset([row], processor.tokenizer, processor, data_config(**VL_PIXELS))
     text = SFTDataset([_turns("<video>What happens?", "A ball rolls.")], tokenizer, None, data_config()).encode(0)
     assert "<video>What happens?" in tokenizer.decode(text["input_ids"])
+    # a video part holding its video was told to go to "the video column (data.video_key)", which fine-tuning has not
+    for part in ({"type": "video", "video": "clip.mp4"}, {"type": "video_url", "video_url": {"url": "clip.mp4"}}):
+        row = {"messages": [{"role": "user", "content": [part]}, {"role": "assistant", "content": "A ball rolls."}]}
+        with pytest.raises(SFTDataError, match="row 0, key 'messages': message 0: videos are not supported in fine-t"):
+            SFTDataset([row], processor.tokenizer, processor, data_config(**VL_PIXELS))
 
 
 def test_an_empty_tool_calls_list_is_no_call(tmp_path, tokenizer):

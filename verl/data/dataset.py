@@ -34,6 +34,7 @@ from verl.data.multimodal import (
     path_outside,
     processor_inputs,
     unreadable_image,
+    with_frames_at_least,
 )
 from verl.data.row_scan import scan_rows, scan_workers
 from verl.data.sources import (
@@ -53,6 +54,7 @@ from verl.data.tokenizer import (
     template_reads,
 )
 from verl.models.config import text_only_reason
+from verl.models.glm_video import ONE_VIDEO_A_PROMPT
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.files import read_text_file
 
@@ -207,6 +209,8 @@ class RLHFDataset(Dataset):
         self.reads_tools = template_reads(self.renderer, "tools", self.chat_template)
         self.renders_tool_calls = renders_tool_calls(self.renderer, self.chat_template)
         self.rope_index = None
+        self.model_type: str | None = None
+        """The vision-language model's model_type (None for a text model)."""
         self.text_only: str | None = None
         """Why the model takes no media though it has a processor (TEXT_ONLY_VISION_LANGUAGE_TYPES), else None."""
         if processor is not None:
@@ -214,7 +218,8 @@ class RLHFDataset(Dataset):
                 model_config = load_model_config(processor.tokenizer.name_or_path)
             if uses_mrope(model_config):
                 self.rope_index = RopeIndex(model_config)
-            self.text_only = text_only_reason(getattr(model_config, "model_type", None))
+            self.model_type = getattr(model_config, "model_type", None)
+            self.text_only = text_only_reason(self.model_type)
 
         self.source: RowSource = load_source(data_source)
         self._check_columns()
@@ -444,6 +449,12 @@ class RLHFDataset(Dataset):
                     got = "its bytes (a `datasets` Video column's); write the videos to files and give their paths"
                 problem = f"video {position} must be a path or a list of its frames' paths, got {got}"
                 raise self._error(index, self.video_key, problem)
+        if len(videos) > 1 and self.model_type in ONE_VIDEO_A_PROMPT:
+            problem = (
+                f"the row has {len(videos)} videos but vLLM takes at most one video a prompt for {self.model_type} "
+                "models; give each video a row of its own"
+            )
+            raise self._error(index, self.video_key, problem)
         for key, values in ((self.image_key, images), (self.video_key, videos)):
             for position, value in enumerate(values):
                 for item in [value] if isinstance(value, str) or key == self.image_key else value:
@@ -593,6 +604,9 @@ class RLHFDataset(Dataset):
 
     def _load_media(self, index: int, prompt: _Prompt) -> tuple[list[Image.Image], list[Any]]:
         images, videos = [], []
+        # a video is at least one temporal patch (2 frames for the Qwen-VL and GLM processors)
+        patch = getattr(getattr(self.processor, "video_processor", None), "temporal_patch_size", None)
+        min_frames = patch if isinstance(patch, int) else 1
         for position, value in enumerate(prompt.images):
             try:
                 images.append(load_image(value, self.image_dir, self.min_pixels, self.max_pixels))
@@ -607,13 +621,12 @@ class RLHFDataset(Dataset):
                             f"it has {len(frames)} frames, more than data.video_max_frames={self.video_max_frames}; "
                             "raise data.video_max_frames or give fewer frames"
                         )
-                    videos.append(load_frames(frames, self.min_pixels, self.max_pixels, self.image_dir))
-                    continue
-                videos.append(
-                    load_video(
+                    video = load_frames(frames, self.min_pixels, self.max_pixels, self.image_dir)
+                else:
+                    video = load_video(
                         path, self.video_fps, self.min_pixels, self.max_pixels, self.image_dir, self.video_max_frames
                     )
-                )
+                videos.append(with_frames_at_least(video, min_frames))
             except IMAGE_ERRORS as error:  # av.error.FFmpegError is an OSError / ValueError
                 raise self._error(index, self.video_key, f"video {position} cannot be read: {error}") from None
         return images, videos

@@ -266,13 +266,21 @@ def load_video(
 ) -> np.ndarray:
     """Decode a video with PyAV into uint8 RGB frames (num_frames, height, width, 3) at exactly `fps`, resized.
     Frame k is the latest source frame at or before time k / fps (slower sources repeat frames), so the processor can be
-    told the rate is `fps`. Decoding streams; only kept frames are converted. A video of more than `max_frames` frames
-    (0: no limit) at `fps` is a ValueError, raised once that many are held."""
+    told the rate is `fps`; times count from the first frame's (a stream may start later than 0: a clip cut from a
+    recording, an MPEG-TS file), as frame-index readers (qwen_vl_utils, vLLM's) count. Frames are turned upright by
+    the stream's display rotation, as players and vLLM's video loader turn them (a phone's portrait clip was seen
+    sideways, as its photos were before `to_rgb`). Decoding streams; only kept frames are converted. A video of more
+    than `max_frames` frames (0: no limit) at `fps` is a ValueError, raised once that many are held."""
     import av  # imported here: only video datasets need it
 
     if fps <= 0:
         raise ValueError(f"data.video_fps must be positive, got {fps}")
     path = resolve_path(path, video_dir)
+    if os.path.isdir(path):
+        raise ValueError(
+            f"video {path!r} is a folder; give a video file, or the paths of its frames' images as a list (sampled at "
+            "data.video_fps)"
+        )
     if not os.path.isfile(path):
         where = f" (data.image_dir is {video_dir!r})" if video_dir else " (data.image_dir is not set)"
         raise FileNotFoundError(f"video file {path!r} does not exist{where}")
@@ -291,6 +299,9 @@ def load_video(
             if held_rgb is None:
                 width, height = resized_size(held.width, held.height, min_pixels, max_pixels)
                 held_rgb = held.to_ndarray(format="rgb24", width=width, height=height)
+                turns = round((getattr(held, "rotation", 0) or 0) / 90) % 4  # counterclockwise quarter turns
+                if turns:  # a phone's portrait clip is stored landscape with a display rotation
+                    held_rgb = np.ascontiguousarray(np.rot90(held_rgb, turns))
             frames.append(held_rgb)
 
     with av.open(path) as container:
@@ -298,8 +309,11 @@ def load_video(
             raise ValueError(f"file {path!r} has no video stream")
         stream = container.streams.video[0]
         frame_duration = 1.0 / float(stream.average_rate) if stream.average_rate else 1.0 / fps
+        start = None
         for count, frame in enumerate(container.decode(stream)):
             time = frame.time if frame.time is not None else count * frame_duration
+            start = time if start is None else start
+            time -= start
             emit_until(time)
             held, held_rgb, held_time = frame, None, time
         if held is None:
@@ -319,6 +333,15 @@ def load_frames(paths: list[str], min_pixels: int | None, max_pixels: int | None
             np.asarray(image.resize(first.size, Image.Resampling.BICUBIC) if image.size != first.size else image)
         )
     return np.stack(frames)
+
+
+def with_frames_at_least(frames: np.ndarray, count: int) -> np.ndarray:
+    """`frames` with its last frame repeated up to `count` frames, as Qwen2-VL's video processor pads a video shorter
+    than one temporal patch; Qwen3-VL's and GLM-4.1V's refuse it ("t:1 must be larger than temporal_factor:2"), so a
+    clip of one frame at data.video_fps (or a video given as one frame) was a bad row for them."""
+    if len(frames) >= count:
+        return frames
+    return np.concatenate([frames, np.repeat(frames[-1:], count - len(frames), axis=0)])
 
 
 DEFAULT_VIDEO_FPS = 2.0

@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 ROLES = ("system", "user", "assistant", "tool")
 IMAGE_MARKER = "<image>"
 _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
+_NO_VIDEOS = (
+    "videos are not supported in fine-tuning, only images (the model would see neither the video nor anything but a "
+    "<video> marker in the text); leave the videos out of the data"
+)
 
 
 class SFTDataError(ValueError):
@@ -229,8 +233,7 @@ class SFTDataset(torch.utils.data.Dataset):
             raise self._error(
                 index,
                 "videos" if row.get("videos") else key,
-                "videos are not supported in fine-tuning, only images (the model would see neither the video nor "
-                "anything but a <video> marker in the text); leave the videos out of the data",
+                _NO_VIDEOS,
             )
         try:
             tools = tool_schemas(row.get(config.tools_key), self.reads_tools) if config.tools_key else None
@@ -278,6 +281,13 @@ class SFTDataset(torch.utils.data.Dataset):
                 message = sharegpt_message(message["from"], message["value"])
             except ValueError as error:
                 raise ValueError(f"message {number} (ShareGPT's {message['from']!r}): {error}") from None
+        content = message.get("content")
+        # a video part holding its video: marker_text's advice (a video column, data.video_key) is RL's
+        if any(
+            isinstance(part, dict) and part.get("type") in ("video", "video_url") and set(part) - {"type"}
+            for part in (content if isinstance(content, (list, tuple)) else ())
+        ):
+            raise ValueError(f"message {number}: {_NO_VIDEOS}")
         message = with_marker_text(number, message)  # typed parts: text with markers
         role = message.get("role")
         if role not in ROLES:

@@ -22,6 +22,11 @@ FRAMES_WRITTEN_AS_IMAGES: frozenset[str] = frozenset({"glm4v", "glm4v_moe"})
 
 VIDEO_KEYS = ("pixel_values_videos", "video_grid_thw")
 
+ONE_VIDEO_A_PROMPT: frozenset[str] = FRAMES_WRITTEN_AS_IMAGES
+"""Model types whose vLLM model takes at most one video a prompt (its GLM-4.1V processing info: `{"video": 1}`): the
+dataset refuses a row with more, naming it; the engine refused it at the first rollout ("At most 1 video(s) may be
+provided in one prompt") and the run stopped there."""
+
 
 def needs_frames_as_images(model_config: Any, rows: list[dict[str, torch.Tensor] | None]) -> bool:
     """Whether a micro-batch of these rows' vision inputs has images and videos that the model would mix up."""

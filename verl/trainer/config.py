@@ -99,7 +99,8 @@ class DataConfig:
     are not fetched)."""
     video_key: str = "videos"
     """Column holding a list of videos: each a video file's path, or a list of its frames' image paths (taken as
-    sampled at video_fps)."""
+    sampled at video_fps). A video of one frame is that frame twice (one temporal patch); GLM-4.1V and GLM-4.5V take
+    one video a row (vLLM's limit)."""
     tools_key: str | None = "tools"
     """Column holding a row's tools: a list of their JSON schemas (or a JSON string of one), which the chat template
     describes in that row's prompt, for a reward that scores the model's tool call (the call is not run); a missing
