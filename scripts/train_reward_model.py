@@ -68,6 +68,8 @@ def _pair(row: dict[str, Any], implicit: bool, where: str) -> dict[str, str]:
         if user != same_user:
             raise PairFileError(f"{where}: 'chosen' and 'rejected' start from different user messages.")
         return {"prompt": user, "chosen": chosen, "rejected": rejected}
+    from verl.utils.numbers import plain_number
+
     pair = {}
     for key, role in zip(PAIR_KEYS, ("user", "assistant", "assistant")):
         value = row[key]
@@ -75,6 +77,8 @@ def _pair(row: dict[str, Any], implicit: bool, where: str) -> dict[str, str]:
             raise PairFileError(f"{where}, key '{key}': missing; every row needs {', '.join(PAIR_KEYS)}.")
         if isinstance(value, list):  # conversational: one message of its role
             value = _one_message(value, (role,), where, key)[0]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(plain_number(value))  # an answer "42": a CSV column of plain numbers is read as numbers
         if not isinstance(value, str):
             raise PairFileError(
                 f"{where}, key '{key}': must be a string or one {role} message, got {type(value).__name__}."
@@ -161,6 +165,13 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
     config = load_reward_model_config(
         args.model, args.trust_remote_code, from_lm=args.init_from_lm, pad_token_id=pad_id
     )
+    positions = getattr(config, "n_positions", None)  # learned positions (GPT-2's family), as the worker's check
+    if isinstance(positions, int) and args.max_length > positions:
+        raise ValueError(
+            f"--max-length {args.max_length} is longer than the {positions} positions --model '{args.model}' has "
+            f"(n_positions, learned): its forward would fail on a longer conversation; give --max-length {positions} "
+            "(conversations keep their last tokens)."
+        )
     torch.manual_seed(args.seed)  # the score head that transformers initialises for --init-from-lm
     model = build_fsdp_reward_model(args.model, config, FSDPConfig(), device, torch.float32, args.trust_remote_code)
     model.train()

@@ -205,6 +205,11 @@ def test_numeric_answers_reach_the_reward_as_written(tmp_path):
     # a float column of plain sizes keeps datasets' own type
     (tmp_path / "small.jsonl").write_text('{"a": 3}\n{"a": 0.5}\n')
     assert load_source(str(tmp_path / "small.jsonl")).row(0)["a"] == 3.0
+    # a small answer as it is written, not as Python writes its float ("1e-05": math-verify read it as e - 5, and an
+    # exact match of "0.00001" failed)
+    (tmp_path / "tiny.jsonl").write_text('{"a": 0.00001}\n{"a": -0.000025}\n{"a": 0.5}\n')
+    source = load_source(str(tmp_path / "tiny.jsonl"))
+    assert [ground_truth(source.row(i)["a"]) for i in range(len(source))] == ["0.00001", "-0.000025", "0.5"]
 
 
 def test_several_files_or_a_pattern_are_refused_with_how_to_train_on_several_files(tmp_path):

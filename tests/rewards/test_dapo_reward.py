@@ -78,6 +78,10 @@ REFERENCE_TABLE = [
     ("Answer: $5.$", "5", True),  # ".$" becomes "$"
     ("Answer: 12.0", "12", False),
     ("no answer line", "[INVALID]", True),  # the reference scores a missing answer as the text "[INVALID]"
+    # a float answer (a JSON number: the reference's parquet holds text) as written, not as Python writes it
+    ("Answer: 0.00001", 1e-05, True),
+    ("Answer: 0.000025", [2.5e-05, 0.5], True),
+    ("Answer: 1e-05", 1e-05, False),
 ]
 
 

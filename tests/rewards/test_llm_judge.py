@@ -57,6 +57,8 @@ def test_the_default_pattern_reads_a_grade_in_any_case_and_markdown() -> None:
     for answer in ("grade: 7", "GRADE: 7", "**Grade:** 7", "Grade: **7**", "Grade : 7", "*Grade*: 7"):
         assert parse_grade(answer, PATTERN, 0, 10) == 7.0, answer
     assert parse_grade("Grade: 1e1", PATTERN, 0, 10) is None  # not 1
+    for answer in ("Grade: 5e-1", "Grade: 7.5E+0"):  # a signed exponent too: not 5 or 7.5
+        assert parse_grade(answer, PATTERN, 0, 10) is None, answer
     for answer in ("Grade: 9,5", "Grade: 10,5", "Grade: 7.5,25"):  # a decimal comma: not 9, 1 or 7.5
         assert parse_grade(answer, PATTERN, 0, 10) is None, answer
     assert parse_grade("Grade: 7, as the proof is sound", PATTERN, 0, 10) == 7.0

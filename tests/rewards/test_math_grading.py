@@ -104,6 +104,9 @@ TABLE = [
     (r"30^\circ", "30", C, "degree sign dropped"),
     ("30", r"30^{\circ}", C, "degree gold, bare answer"),
     (r"\frac{\pi}{6}", r"30^\circ", W, "degrees are not converted to radians"),
+    ("30°", "30", C, "a degree sign without a superscript"),
+    (r"30^\circ", "30°", C, "a degree sign in the ground truth"),
+    (r"60°, 120°", r"60^\circ, 120^\circ", C, "degree signs in a list"),
     # equations
     ("x=2", "2", C, "an equation answer is unwrapped to its value"),
     ("2", "x=2", C, "a value matches an assignment gold"),
@@ -124,6 +127,8 @@ TABLE = [
     (r"6.02\times10^{23}", r"6.02 \cdot 10^{23}", C, "\\times against \\cdot"),
     (r"2\cdot 10^{-3}", "0.002", C, "negative exponent"),
     ("1.5e3", "1500", W, "e notation is read as 1.5 * e * 3 (Euler's e)"),
+    ("0.00001", "1e-05", C, "a float column's small value, as Python writes it, is a number in the ground truth"),
+    (r"2.5\times10^{-5}", "2.5e-05", C, "e notation in the ground truth against \\times notation"),
     # text and units
     (r"10\text{ cm}", "10", C, "unit in \\text"),
     (r"10\text{ m}^2", "10", C, "unit with a power"),
@@ -164,6 +169,11 @@ DIFFERS_FROM_MATH_VERIFY = {
     (r"1\,234\,567", "1234567"),
     (r"1\,000.5", "1000.5"),
     ("1000", r"1\,000"),
+    ("0.00001", "1e-05"),
+    (r"2.5\times10^{-5}", "2.5e-05"),
+    ("30°", "30"),
+    (r"30^\circ", "30°"),
+    (r"60°, 120°", r"60^\circ, 120^\circ"),
 }
 
 
@@ -338,6 +348,23 @@ def test_shared_pool_is_reused_and_resized() -> None:
         math_grading.close_shared_pool()
 
 
+def test_matches_any_grades_in_the_shared_pool_of_any_size() -> None:
+    """math.py and r1v.py (matches_any) beside math_verify.py with max_workers (a route, a rubric part): matches_any
+    asked for a pool of the default size, so it closed the other file's pool, killing its workers under a batch it
+    was grading in another thread (streamed rewards: "the VerifierPool was closed while it was verifying"), and
+    spawned new workers on every switch."""
+    try:
+        assert math_grading.verify_many([("1", "1")], max_workers=math_grading.DEFAULT_MAX_WORKERS + 1) == [C]
+        shared = math_grading.get_shared_pool()
+        pids = shared.worker_pids
+        assert math_grading.matches_any("0.5", [r"\frac{1}{2}"], grader="mathruler")
+        assert math_grading.matches_any("0.5", [" 0.5 "])
+        assert math_grading.get_shared_pool() is shared and not shared.closed
+        assert shared.worker_pids == pids
+    finally:
+        math_grading.close_shared_pool()
+
+
 def test_arguments_are_checked(pool: VerifierPool) -> None:
     with pytest.raises(ValueError, match="max_workers"):
         VerifierPool(max_workers=0)
@@ -425,6 +452,13 @@ def test_extraction_is_linear_on_hostile_responses() -> None:
     assert extract_answer("answer: " * 200_000) == "answer:"
     separated = "1" + r"\,000" * 200_000
     assert math_grading.normalize_equivalents(separated) == "1" + "000" * 200_000
+    assert normalize_ground_truth("1" * 200_000) == "1" * 200_000  # no e notation to write out
+    # A long run of spaces inside an answer line (a degenerate response) before a digit, a word or "and 3": the end of
+    # the answer and its edges were searched from each of the run's characters, quadratic (16,000 spaces took 6 s).
+    started = time.monotonic()
+    for tail in ("2", "x1", "and 3"):
+        assert extract_answer("Answer: 1" + " " * 50_000 + tail).startswith("1")
+    assert time.monotonic() - started < 5.0
 
 
 @pytest.mark.parametrize(
@@ -445,6 +479,11 @@ def test_extraction_is_linear_on_hostile_responses() -> None:
         (r"\varnothing", r"\emptyset"),
         (r"\{\varnothing\}", r"\{\emptyset\}"),
         (r"\varnothingness", r"\varnothingness"),
+        ("30°", r"30^{\circ}"),
+        ("30 °", r"30^{\circ}"),
+        (r"30\degree", r"30^{\circ}"),
+        ("30^°", "30^°"),  # a superscript already, as math-verify reads it
+        ("30^{°}", "30^{°}"),
     ],
 )
 def test_normalize_equivalents(answer: str, normalized: str) -> None:
@@ -468,6 +507,9 @@ def test_last_boxed_ignores_other_commands() -> None:
         (r"$\boxed{2}$", "2"),
         ("  7 ", "7"),
         ("$5", "$5"),  # not a pair of delimiters
+        ("1e-05", "0.00001"),  # a float answer column's small value (str(1e-05)): not Euler's e minus 5
+        ("$-2.5E+3$", "-2500"),
+        ("1.5e3x", "1.5e3x"),  # not a number alone
     ],
 )
 def test_normalize_ground_truth(ground_truth: str, normalized: str) -> None:

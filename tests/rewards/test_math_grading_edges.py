@@ -44,6 +44,15 @@ SLOW_ANSWER = r"\sum_{n=1}^{\infty} \frac{\sin(n)}{n^{3}+\log(n)}"
         ("Answer: This is 7", "7"),  # "is" a word, not inside "This"
         ("Answer: Area = 12", "12"),
         ("Answer: x = 3", "x = 3"),  # a variable, not a sentence
+        # "and" / "or" before another value joins the answers of a problem with two (the roots of a quadratic): the
+        # answer was cut at it, "2" against "2, 3"
+        ("Answer: 2 and 3", "2 and 3"),
+        ("Answer: x = 2 or x = -3", "x = 2 or x = -3"),
+        ("The answer is $2$ and $3$.", "$2$ and $3$"),
+        ("Answer: a and b", "a and b"),
+        ("Answer: 5 and I am sure", "5"),  # before a word it is prose
+        ("Answer: 5 or a bit more", "5"),
+        ("Answer: 12 or so", "12"),
         # display math on the lines after the marker was no answer (prose) or "$$" (labelled)
         ("Therefore, the answer is\n$$\n42\n$$", "42"),
         ("So the answer is\n\n$$\\frac{1}{2}$$ and that is all.", r"\frac{1}{2}"),

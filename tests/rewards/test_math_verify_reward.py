@@ -51,6 +51,12 @@ RESPONSES = [
     ("\\boxed{2\\sqrt{2}}", "\\boxed{\\sqrt{8}}", 1.0, 1.0),
     ("\\boxed{50\\%}", "\\frac12", 1.0, 1.0),
     ("\\boxed{7}", 7, 1.0, 1.0),  # a numeric ground truth column
+    ("\\boxed{0.00001}", 1e-05, 1.0, 1.0),  # a float answer: str() writes it "1e-05", math-verify reads e - 5
+    ("\\boxed{10^{-5}}", [1e-05, 2.5e-05], 1.0, 1.0),  # in a list of accepted answers too
+    ("\\boxed{0.000025}", "2.5e-05", 1.0, 1.0),  # and a ground truth written so
+    ("\\boxed{30°}", "30", 1.0, 1.0),  # a degree sign without a superscript
+    ("The roots are 2 and 3, so the answer is $2$ and $3$.", "2, 3", 1.0, 1.0),  # two answers joined by "and"
+    ("Answer: x = 2 or x = 3", "3", 0.0, 1.0),  # both, where one was asked for
     ("I give up.", "7", 0.0, 0.0),
     ("\\boxed{\\frac{1}{", "7", 0.0, 0.0),  # cut off inside the box
 ]

@@ -192,9 +192,10 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
     path.write_text(good + "\n\n" + json.dumps({"prompt": "p", "chosen": "a"}) + "\n")
     with pytest.raises(script.PairFileError, match=rf"file '{path}', row 1, key 'rejected': missing"):
         script.read_pairs(str(path))
-    path.write_text(good + "\n" + json.dumps({"prompt": "p", "chosen": 1, "rejected": "b"}) + "\n")
+    # (a number is its text: test_reward_model_edges.py)
+    path.write_text(good + "\n" + json.dumps({"prompt": "p", "chosen": {"text": "a"}, "rejected": "b"}) + "\n")
     with pytest.raises(
-        script.PairFileError, match=r"row 1, key 'chosen': must be a string or one assistant message, got int"
+        script.PairFileError, match=r"row 1, key 'chosen': must be a string or one assistant message, got dict"
     ):
         script.read_pairs(str(path))
     path.write_text(json.dumps({"prompt": "p", "chosen": "a"}) + "\n")

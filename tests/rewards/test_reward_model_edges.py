@@ -52,6 +52,25 @@ def test_pair_messages_of_the_wrong_role_are_refused(tmp_path):
             script.read_pairs(str(path))
 
 
+def test_answers_that_are_numbers_are_their_text(tmp_path):
+    """A CSV column whose cells are all plain numbers ("42") is read as numbers, as the trainer reads data files: the
+    answers of a short-answer preference file were refused as "must be a string", naming a cell the user wrote as
+    text. A number in JSON is its text too, as a numeric answer reaches a reward function; a bool is no answer."""
+    script = load_repo_file("scripts/train_reward_model.py")
+    path = tmp_path / "pairs.csv"
+    path.write_text("prompt,chosen,rejected\nWhat is 6 * 7?,42,41\nWhat is 1 / 2?,0.5,2\n")
+    assert script.read_pairs(str(path)) == [
+        {"prompt": "What is 6 * 7?", "chosen": "42", "rejected": "41"},
+        {"prompt": "What is 1 / 2?", "chosen": "0.5", "rejected": "2"},
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"prompt": "6 * 7?", "chosen": 42, "rejected": 41.0}) + "\n")
+    assert script.read_pairs(str(path)) == [{"prompt": "6 * 7?", "chosen": "42", "rejected": "41"}]
+    path.write_text(json.dumps({"prompt": "Is 7 prime?", "chosen": True, "rejected": "no"}) + "\n")
+    with pytest.raises(script.PairFileError, match=r"row 0, key 'chosen': must be a string .* got bool"):
+        script.read_pairs(str(path))
+
+
 def test_a_vision_language_model_is_one_line_not_a_traceback(tmp_path):
     """Journey: pairs -> `scripts/train_reward_model.py --init-from-lm` -> worker.reward.model, started from the model a
     user has at hand after the README's VLM journey (the quickstart's Qwen2.5-VL warm start). Reward models of
@@ -91,3 +110,33 @@ def test_a_vision_language_model_is_one_line_not_a_traceback(tmp_path):
         .splitlines()[-1]
         .startswith(f"train_reward_model: Reward model '{model}' is a 'qwen2_5_vl' vision-language model")
     ), proc.stderr
+
+
+def test_a_max_length_past_learned_positions_is_one_line_not_an_index_error(tmp_path):
+    """GPT-2's family has n_positions learned positions: the worker's config check refuses a longer
+    worker.reward.model.max_length, but the script trained until the first longer conversation, then died in the
+    embedding with "IndexError: index out of range in self" (on a GPU, a device-side assert). Real script, a tiny
+    GPT-2 built here with the tiny Qwen2 tokenizer."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tokenizer = AutoTokenizer.from_pretrained(get_or_build_tiny_model("qwen2", str(tmp_path / "models"), **SMALL))
+    model = str(tmp_path / "gpt2")
+    ids = dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id"), tokenizer.pad_token_id)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=1, n_head=2, **ids)
+    GPT2LMHeadModel(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "What is 2 + 2? " * 8, "chosen": "4 " * 10, "rejected": "5"}) + "\n")
+    args = ["--model", model, "--init-from-lm", "--train", str(pairs), "--output", str(tmp_path / "rm")]
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, *args, "--device", "cpu", "--max-length", "64"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"train_reward_model: --max-length 64 is longer than the 32 positions --model '{model}' has (n_positions, "
+        "learned): its forward would fail on a longer conversation; give --max-length 32 (conversations keep their "
+        "last tokens)."
+    )

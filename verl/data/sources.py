@@ -22,7 +22,7 @@ from typing import Any
 
 from verl.data.multimodal import marker_text
 from verl.utils.hub import hub_folder
-from verl.utils.numbers import plain_number
+from verl.utils.numbers import number_text, plain_number
 from verl.utils.quiet import datasets_progress_bars_off
 from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable_reason
 
@@ -747,16 +747,17 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
 def ground_truth(answer: Any) -> Any:
     """An answer as reward functions get it: a number as its text, an integral float as an int's ("42", not "42.0",
     which an exact match fails: an int column with a missing value, or JSON Lines answers 3, 4, 5.5, are stored as
-    floats), a bool as "True" / "False"; text as it is, a list or dict with its integral floats as ints at any depth
-    (the accepted answers [4] beside [3, 0.5] in another row are read as [4.0], which an exact match of "4" failed;
-    likewise [[1, 2]] beside [[0.5]], and {"x": 4} beside {"x": 0.5}); None for a missing answer (null, or NaN,
-    pandas' missing value). A dict from Parquet or Arrow has every key of its column's struct type, null where the
-    row's dict had none or a null (the file cannot tell them apart: they are kept; README)."""
+    floats) and a small one positionally ("0.00001", not Python's "1e-05", which math-verify read as e - 5 and an
+    exact match failed), a bool as "True" / "False"; text as it is, a list or dict with its integral floats as ints at
+    any depth (the accepted answers [4] beside [3, 0.5] in another row are read as [4.0], which an exact match of "4"
+    failed; likewise [[1, 2]] beside [[0.5]], and {"x": 4} beside {"x": 0.5}); None for a missing answer (null, or
+    NaN, pandas' missing value). A dict from Parquet or Arrow has every key of its column's struct type, null where
+    the row's dict had none or a null (the file cannot tell them apart: they are kept; README)."""
     if isinstance(answer, float) and math.isnan(answer):
         return None
     if isinstance(answer, (list, dict)):
         return _plain_numbers(answer)
-    return str(plain_number(answer)) if isinstance(answer, (int, float)) else answer
+    return number_text(answer) if isinstance(answer, (int, float)) else answer
 
 
 def _plain_numbers(value: Any) -> Any:

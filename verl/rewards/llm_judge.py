@@ -70,11 +70,11 @@ class JudgeConfig:
     """Path of a Jinja file whose rendering is the judge's user message, with the variables prompt, response,
     ground_truth (may be None) and min_grade/max_grade; None uses the built-in template, which asks for "Grade: N"
     on the last line. A custom grade_pattern needs a template that asks for that format."""
-    grade_pattern: str = r"(?i)\bgrade[\s*_]*:[\s*_]*(-?\d+(?:\.\d+)?)(?![\d.]*(?:[eE]\d|,\d))"
+    grade_pattern: str = r"(?i)\bgrade[\s*_]*:[\s*_]*(-?\d+(?:\.\d+)?)(?![\d.]*(?:[eE][-+]?\d|,\d))"
     """Regular expression of the grade in the judge's answer; the LAST match counts, its first group (or the whole
     match, without groups) is read as a number. The default reads "Grade: N" in any case, with markdown emphasis
-    ("**Grade:** 7") and spaces around the colon; "Grade: 1e1" and a decimal comma ("Grade: 9,5") are no grade
-    (they read as 1 and 9)."""
+    ("**Grade:** 7") and spaces around the colon; "Grade: 1e1", "Grade: 5e-1" and a decimal comma ("Grade: 9,5") are
+    no grade (they read as 1, 5 and 9)."""
     min_grade: float = 0.0
     """Lowest valid grade; it maps to score 0. Shown to the judge through the template."""
     max_grade: float = 10.0

@@ -19,11 +19,13 @@ import weakref
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from verl.rewards.parallel import exit_with_parent
 from verl.utils.child_signals import reset_child_signals, signals_held
+from verl.utils.numbers import number_text
 
 
 logger = logging.getLogger(__name__)
@@ -49,11 +51,16 @@ _PROSE_GAP = re.compile(r"[ \t]*")
 _WORD_FIRST = re.compile(r"\**(?:[A-Za-z]{2,}\b|[A-Za-z][ \t]+[A-Za-z]{2,}\b)")
 """Prose, not an answer, after "answer is": "I hope this answer is helpful", "this answer is not", "this answer is
 a bit long" (one letter and a word; "x = 3" and a choice "B." stay answers)."""
-_ANSWER_END = re.compile(r"\.(?=\s)|[\s,;]+\(?[A-Za-z]{2,}\b")
+_ANSWER_END = re.compile(
+    r"\.(?=\s)|(?<![\s,;])[\s,;]+\(?(?!(?:and|or)[ \t]+(?:[-+$\\\d(\[{]|[A-Za-z]\s*(?:[=<>^_,;)\\]|$)))[A-Za-z]{2,}\b"
+)
 """Where an answer line's answer ends: the end of its sentence, or the first word of prose after it ("5 because",
-"12 dollars"); a LaTeX command ("\\text", "\\in") is no such word."""
-_LINE_EDGES = re.compile(r"^[\s*`]+|[\s*`.]+$")
-"""Markdown bold or inline code around the answer line, and its final full stop."""
+"12 dollars"); a LaTeX command ("\\text", "\\in") is no such word, nor "and" / "or" before another value ("2 and 3",
+"x = 2 or x = 3": the answers of a problem with two, which math_verify reads as a list). A run of spaces is tried
+from its start only: from each of its characters, 10,000 spaces took seconds."""
+_LINE_EDGES = re.compile(r"^[\s*`]+|(?<![\s*`.])[\s*`.]+$")
+"""Markdown bold or inline code around the answer line, and its final full stop (the end's run tried from its start
+only, so a long run of spaces inside the line stays linear)."""
 _DISPLAY_OPENERS = {"$$": "$$", "\\[": "\\]"}
 _DISPLAY_LIMIT = 4000
 """How far a display-math answer ("$$\n42\n$$" after "the answer is") is searched for its closing delimiter: a
@@ -66,6 +73,10 @@ _TEX_SEPARATOR = re.compile(r"\\,|\{,\}")
 # A point that ends a number ("5.", "5.\\%"), but not "5.5", "5.x" or "0.\\overline{3}".
 _TRAILING_POINT = re.compile(r"(?<=\d)\.(?![\dA-Za-z.]|\\(?:overline|dot))")
 _VARNOTHING = re.compile(r"\\varnothing(?![A-Za-z])")
+# A degree sign not written as a superscript ("30°", "30 °", "30\\degree"), which math_verify reads only as one.
+_BARE_DEGREE = re.compile(r"(?<![\^{\s])\s*(?:°|\\degree(?![A-Za-z]))")
+# A number in e notation, as Python writes a float column's small values ("1e-05"); only in a ground truth.
+_E_NOTATION = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)[eE][-+]?\d{1,3}")
 # Math-mode delimiters around a whole answer: "$x$", "$$x$$", "\(x\)", "\[x\]".
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 
@@ -213,22 +224,26 @@ def acceptable_answers(ground_truth: Any) -> list[str]:
         if isinstance(parsed, list) and parsed and all(isinstance(item, str) for item in parsed):
             ground_truth = parsed
     if isinstance(ground_truth, (list, tuple)):
-        return [str(item) for item in ground_truth] or [""]
-    return [str(ground_truth)]
+        return [number_text(item) for item in ground_truth] or [""]
+    return [number_text(ground_truth)]
 
 
 def normalize_ground_truth(ground_truth: str) -> str:
     """The dataset's answer unwrapped: "$\\frac12$", "\\boxed{\\frac12}" and "\\frac12" all give "\\frac12"."""
     text = strip_math_delimiters(str(ground_truth))
     boxed = last_boxed(text)
-    return strip_math_delimiters(boxed) if boxed is not None else text
+    text = strip_math_delimiters(boxed) if boxed is not None else text
+    # a float answer column's small values come as "1e-05", where math_verify reads e as Euler's number
+    return format(Decimal(text), "f") if _E_NOTATION.fullmatch(text) else text
 
 
 def normalize_equivalents(answer: str) -> str:
     """Rewrite spellings math_verify misreads: "1\\,000" and "1{,}000" -> "1000" (not a product), "5." -> "5",
-    "\\varnothing" -> "\\emptyset". A bare "1,000" is left to math_verify, which reads it by context."""
+    "\\varnothing" -> "\\emptyset", "30°" -> "30^{\\circ}". A bare "1,000" is left to math_verify, which reads it by
+    context."""
     answer = _TEX_THOUSANDS.sub(lambda match: _TEX_SEPARATOR.sub("", match.group()), answer)
     answer = _TRAILING_POINT.sub("", answer)
+    answer = _BARE_DEGREE.sub(lambda match: "^{\\circ}", answer)
     return _VARNOTHING.sub(r"\\emptyset", answer)
 
 
@@ -566,9 +581,10 @@ def verify_many(
 def matches_any(
     answer: str | None, ground_truths: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S, grader: str = "math_verify"
 ) -> bool:
-    """Whether `answer` equals one of `ground_truths` (each stripped) by `grader`, in the shared pool; False for no
-    answer, or one whose grading ran out of time."""
+    """Whether `answer` equals one of `ground_truths` (each stripped) by `grader`, in the shared pool as it is (as
+    `verify`: of whatever size another reward file in this process gave it, which a size of its own would replace,
+    under that file's grading in another thread); False for no answer, or one whose grading ran out of time."""
     if not answer:
         return False
     pairs = [(answer, truth.strip()) for truth in ground_truths]
-    return Verdict.CORRECT in verify_many(pairs, timeout_s=timeout_s, grader=grader)
+    return Verdict.CORRECT in get_shared_pool().verify_many(pairs, timeout_s, grader)
