@@ -19,9 +19,11 @@ ground_truth is a dict, or a JSON string of one, in one of three forms:
         (a tuple matches a JSON list).
     {"fn_name": "add", "asserts": ["assert add(1, 2) == 3", ...]}
         each assert is split (with `ast`) into the expressions under test and the check around them.
-A key whose value is null, and an empty fn_name, count as absent ({"inputs": ..., "outputs": ..., "fn_name": null}
-is stdin/stdout, as in APPS and TACO). A ground truth in none of these forms, or an assert that is not one or more assert statements, raises ValueError
-naming the sample, before anything runs. The program gets no stdin in the last two forms.
+A key whose value is null, and an empty fn_name, count as absent ({"inputs": ..., "outputs": ..., "fn_name": null} is
+stdin/stdout, as in APPS and TACO). A ground truth in none of these forms, or an assert that is not one or more assert
+statements, raises ValueError naming the sample, before anything runs. In the last two forms the program gets no stdin
+and runs as the module `solution`, not `__main__` (as APPS/TACO's grader and HumanEval's harness import it), so an
+`if __name__ == "__main__":` block of example calls or input() does not run; stdin/stdout programs run as `__main__`.
 
 The check that decides a case runs in the trainer, on values the sandbox printed, so the program cannot decide its
 own verdict (verl/rewards/sandbox/judge.py; docs/rewards.md, "How a case is judged").

@@ -408,6 +408,25 @@ def test_call_based_form(code: ModuleType) -> None:
     assert [failures(score) for score in scores] == [{"num_wrong_answer": 2.0}] * 2
 
 
+MAIN_BLOCK = (  # how LLM solutions often end: a demo under the guard, reading the input it would be run on
+    "def add(a, b):\n    return a + b\n"
+    "def name():\n    return __name__\n"
+    "if __name__ == '__main__':\n    a, b = map(int, input().split())\n    print(add(a, b))\n"
+)
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "namespaces"])
+def test_a_main_block_does_not_run_in_call_based_and_assert_tests(code: ModuleType, isolation: str) -> None:
+    """A correct add() whose program ends with an `if __name__ == "__main__":` block calling input() scored 0 on
+    call-based and assert tests: the program ran as __main__, and input() on the empty stdin raised EOFError before
+    the judge ran (a runtime error). APPS/TACO's grader, verl's prime grader and HumanEval's harness import the
+    solution under another name there; it is the module `solution` now. Stdin tests still run it as __main__."""
+    name = {"fn_name": "name", "asserts": ["assert name() == 'solution'"]}
+    cases = [CALL_CASES, ASSERT_CASES, name, STDIN_CASES]
+    scores = code.compute_score([sample(program(MAIN_BLOCK), case) for case in cases], isolation=isolation)
+    assert [(score["overall"], failures(score)) for score in scores] == [(1.0, {})] * len(cases), scores
+
+
 ITERATORS = (
     "def f(x):\n    return x * x\n"
     "def squares(n):\n    for i in range(n):\n        yield i * i\n"

@@ -1048,3 +1048,15 @@ def test_cases_run_one_process_each_where_the_harness_is_refused(monkeypatch: py
     results = sandbox.run_python_cases("print(input())", ["a", ("b", "\nprint('suffix')")])
     assert [(result.status, result.stdout) for result in results] == [("ok", "a\n"), ("ok", "b\nsuffix\n")]
     assert len({result.sandbox_id for result in results}) == 2
+    # as in the harness, a case with a suffix runs the code as the module `solution`: its __main__ block is skipped
+    # (it ran as __main__ here, and input() met the end of the empty stdin); the suffix is numbered after the code
+    results = sandbox.run_python_cases(GUARDED, [("", "\nprint(name())\n"), ("x\n", ""), ("", "\nassert 0\n")])
+    assert [(result.status, result.stdout) for result in results[:2]] == [("ok", "solution\n"), ("ok", "x\n")]
+    assert results[2].status == "error" and "line 7, in <module>\n    assert 0\nAssertionError" in results[2].stderr
+
+
+GUARDED = (  # a program whose __main__ block reads stdin; `from __future__` must start the code
+    "from __future__ import annotations\n"
+    "def name() -> str:\n    return __name__\n"
+    "if __name__ == '__main__':\n    print(input())\n"
+)

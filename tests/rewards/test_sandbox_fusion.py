@@ -107,6 +107,21 @@ def test_cases_run_remotely_with_the_same_statuses(service: str) -> None:
     assert sandbox.isolation("sandbox_fusion")["filesystem"] == "sandbox-fusion service"
 
 
+def test_a_case_with_a_suffix_runs_the_code_as_a_module_not_main(service: str) -> None:
+    """As in the local harness: with a suffix (the tests calling the program's functions) the code is the module
+    `solution`, so its `if __name__ == "__main__":` block, reading the empty stdin, does not run (it ran as __main__
+    and failed with EOFError); without one it is __main__ still. `from __future__` may start the code."""
+    limits = SandboxLimits(isolation="sandbox_fusion", endpoint=service, wall_s=5.0)
+    program = (
+        "from __future__ import annotations\n"
+        "def name() -> str:\n    return __name__\n"
+        "if __name__ == '__main__':\n    print(input())\n"
+    )
+    [results] = run_many_cases([(program, [("", "\nprint(name())\n"), ("x\n", ""), ("", "\nassert 0\n")])], limits)
+    assert [(result.status, result.stdout) for result in results[:2]] == [("ok", "solution\n"), ("ok", "x\n")]
+    assert results[2].status == "error" and "line 7, in <module>\n    assert 0\n" in results[2].stderr
+
+
 def test_an_unreachable_or_failing_service_stops_with_the_endpoint_named(service: str) -> None:
     _Handler.answer_error = True
     with pytest.raises(SandboxUnavailable, match=r"127\.0\.0\.1.*/run_code.*executor pod lost"):

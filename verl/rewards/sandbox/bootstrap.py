@@ -8,7 +8,7 @@ It reads and deletes the program (which then cannot read its harness from the sc
 hook where the network (or, with a shared uid and no PID namespace, the trainer's processes) is not otherwise
 isolated, and runs the program as __main__. In a new PID namespace an init forks the program, reaps orphans and
 relays its exit status; the kernel kills what is left when init exits. Given a manifest, the harness (_harness)
-forks a child per case (_run_case) instead.
+forks a child per case (_run_case) instead; a case with a code suffix runs the program as the module IMPORTED_AS.
 """
 
 import os
@@ -27,6 +27,10 @@ TMPFS_INODES_ENV = "VERL_SANDBOX_TMPFS_INODES"
 """Under bwrap as root: the inodes of each private tmpfs, remounted before the bootstrap drops to the run's uid."""
 TMPFS = ("/tmp", "/dev/shm")
 """The private tmpfs bwrap mounts besides the working directory (bwrap.py)."""
+IMPORTED_AS = "solution"
+"""The program's module name in a case with a code suffix (the tests that call its functions): not __main__, so an
+`if __name__ == "__main__":` block (example calls, reading input()) does not run, as where graders import the
+solution (APPS/TACO, HumanEval). sys.modules has it under this name and as __main__."""
 
 
 def _namespace(name):
@@ -119,13 +123,13 @@ def _source_lines(path, text):
     linecache.cache[path] = (len(text), None, text.splitlines(True), path)
 
 
-def _main_module(path, text):
+def _main_module(path, text, name="__main__"):
     import types
 
     _source_lines(path, text)
-    module = types.ModuleType("__main__")
+    module = types.ModuleType(name)
     module.__file__ = path
-    sys.modules["__main__"] = module
+    sys.modules["__main__"] = sys.modules[name] = module
     return module
 
 
@@ -153,9 +157,10 @@ def _run_case(source, path, program, suffix):
     # The program was compiled once by the harness (or failed to compile: then every case reports that error); the
     # suffix is compiled here, numbered as if appended to the program's text, and runs in the same namespace. Its
     # text reaches linecache (for tracebacks) only once the program has run: it may hold the case's secret
-    # (judge.Case.secret), which the program's own judge line would need.
-    text = source.decode("utf-8", "replace")
-    module = _main_module(path, text)
+    # (judge.Case.secret), which the program's own judge line would need. With a suffix (the tests that call the
+    # program's functions) the program is the module IMPORTED_AS, whose `if __name__ == "__main__":` block is skipped.
+    text, name = source.decode("utf-8", "replace"), IMPORTED_AS if suffix else "__main__"
+    module = _main_module(path, text, name)
     clean = dict(vars(__builtins__) if hasattr(__builtins__, "__dict__") else __builtins__)
     io = (os.write, os._exit)
     try:
@@ -165,7 +170,7 @@ def _run_case(source, path, program, suffix):
         if suffix:
             code = compile("\n" * source.count(b"\n") + suffix, path, "exec")
             _source_lines(path, text + suffix)
-            exec(code, _judge_namespace(module.__dict__, clean, io))
+            exec(code, _judge_namespace(module.__dict__, clean, io, name))
         status = 0
     except SystemExit as exit:
         status = _exit_status(exit.code)
@@ -175,12 +180,12 @@ def _run_case(source, path, program, suffix):
     _finish(status, module)
 
 
-def _judge_namespace(program, clean, io):
+def _judge_namespace(program, clean, io, module_name):
     # Where a case's suffix runs: the program's names, but the builtins (and os.write, os._exit) as they were before
     # the program ran, so its own all() or isinstance(), or one it put into builtins, does not judge it. The
     # function under test comes from _verl_program where its name is a builtin's.
     namespace = {name: value for name, value in program.items() if name not in clean}
-    namespace.update(__builtins__=clean, __name__="__main__", _verl_program=program, _verl_io=io)
+    namespace.update(__builtins__=clean, __name__=module_name, _verl_program=program, _verl_io=io)
     return namespace
 
 

@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 from verl.rewards.sandbox import fusion
-from verl.rewards.sandbox.bootstrap import WAIT_CAP, CpuWait, Stretch, wait_for_exit
+from verl.rewards.sandbox.bootstrap import IMPORTED_AS, WAIT_CAP, CpuWait, Stretch, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
 from verl.rewards.sandbox.plans import _Plan
 from verl.rewards.sandbox.runner import (
@@ -73,6 +73,35 @@ def _case_specs(cases: Sequence[CaseSpec]) -> list[tuple[str, str]]:
     return specs
 
 
+def _one_file(code: str, suffix: str) -> str:
+    """`code` and a case's `suffix` as one program, where they run as one file (sandbox_fusion; one process per case
+    where the harness cannot protect its results): with a suffix, the code runs as the module IMPORTED_AS, as in the
+    harness, then the suffix in its namespace (compiled apart, numbered as if appended: the code may start with
+    `from __future__`), and a traceback shows their frames and lines, not this wrapper's (the suffix's once the code
+    has run, as in the harness)."""
+    if not suffix:
+        return code
+    padded = "\n" * code.count("\n") + suffix
+    return f"""import linecache as _verl_lines, sys as _verl_sys, types as _verl_types
+_verl_file = globals().get("__file__", "solution.py")
+_verl_module = _verl_types.ModuleType({IMPORTED_AS!r})
+_verl_module.__file__ = _verl_file
+_verl_sys.modules["__main__"] = _verl_sys.modules[{IMPORTED_AS!r}] = _verl_module
+_verl_code = {code!r}
+_verl_lines.cache[_verl_file] = (0, None, _verl_code.splitlines(True), _verl_file)
+try:
+    exec(compile(_verl_code, _verl_file, "exec", dont_inherit=True), _verl_module.__dict__)
+    _verl_lines.cache[_verl_file] = (0, None, (_verl_code + {suffix!r}).splitlines(True), _verl_file)
+    exec(compile({padded!r}, _verl_file, "exec", dont_inherit=True), _verl_module.__dict__)
+except SystemExit:
+    raise
+except BaseException as _verl_error:
+    import traceback
+    traceback.print_exception(type(_verl_error), _verl_error, _verl_error.__traceback__.tb_next)
+    _verl_sys.exit(1)
+"""
+
+
 def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits | None = None) -> list[SandboxResult]:
     """Run `code` once per case, all cases in one sandboxed process; one result per case, in order.
 
@@ -80,10 +109,12 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
     cases, isolated as in `run_python`; its harness compiles the code once and forks a child per case. A child gets
     the case's stdin, its own stdout pipe (read by the trainer as it runs), stderr file (capped at output_kb),
     process group, RLIMIT_CPU count and memory limit, and runs the code then the case's suffix (compiled apart,
-    numbered as if appended) as `__main__`, ending as an interpreter would. After each case the harness kills and
-    reaps its processes and empties the scratch directory: globals, modules, working-directory files and processes
-    do not carry over (files in /tmp and /dev/shm do: docs/rewards.md). Only a case's child reads its suffix. All
-    cases together take at most limits.sample_wall_s.
+    numbered as if appended), ending as an interpreter would. The code runs as `__main__`; in a case with a suffix
+    (tests that call its functions) as the module `solution` (bootstrap.IMPORTED_AS; sys.modules["__main__"] too),
+    so its `if __name__ == "__main__":` block does not run, as where graders import a solution. After each case the
+    harness kills and reaps its processes and empties the scratch directory: globals, modules, working-directory
+    files and processes do not carry over (files in /tmp and /dev/shm do: docs/rewards.md). Only a case's child
+    reads its suffix. All cases together take at most limits.sample_wall_s.
 
     Results come through a pipe only the undumpable harness holds; what a case prints is never parsed. A case that
     kills or stops the harness counts as "killed" or "timeout", and later cases run in a fresh process (as after
@@ -97,7 +128,7 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
         raise TypeError(f"code must be a string, got {type(code).__name__}.")
     limits = limits or SandboxLimits()
     if limits.isolation == "sandbox_fusion":
-        return [fusion.run_case(code + suffix, stdin, limits) for stdin, suffix in _case_specs(cases)]
+        return [fusion.run_case(_one_file(code, suffix), stdin, limits) for stdin, suffix in _case_specs(cases)]
     return _run_cases(code, _case_specs(cases), limits, _isolation(limits.isolation).plan)
 
 
@@ -112,7 +143,7 @@ def run_many_cases(
     if not any(cases for _, cases in specs):
         return [[] for _ in specs]
     if limits.isolation == "sandbox_fusion":  # one request per case, max_workers at a time
-        per_chunk, run = 1, lambda code, cases: [fusion.run_case(code + cases[0][1], cases[0][0], limits)]
+        per_chunk, run = 1, lambda code, cases: [fusion.run_case(_one_file(code, cases[0][1]), cases[0][0], limits)]
     else:  # all of a job's cases in one _run_cases (CASES_PER_PROCESS per process, in turn): one sample_wall_s
         plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
         per_chunk = max(len(cases) for _, cases in specs)
@@ -149,7 +180,9 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
             break
         if _HARNESS_REFUSED.is_set():
             stdin, suffix = cases[len(results)]
-            results.append(_run(code + suffix, stdin, replace(limits, wall_s=min(limits.wall_s, budget)), plan))
+            results.append(
+                _run(_one_file(code, suffix), stdin, replace(limits, wall_s=min(limits.wall_s, budget)), plan)
+            )
             continue
         chunk = cases[len(results) : len(results) + CASES_PER_PROCESS]
         try:

@@ -74,7 +74,7 @@ _JUDGE = """
 def _verl_judge_factory(budget):
     try:
         write, leave = _verl_io  # taken before the program ran (bootstrap's _judge_namespace)
-    except NameError:  # appended to the program (sandbox_fusion)
+    except NameError:  # in one file with the program (sandbox_fusion: harness._one_file)
         import os
         write, leave = os.write, os._exit
     kind = (0).__class__.__class__
