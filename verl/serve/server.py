@@ -12,6 +12,7 @@ unless --host says otherwise and has no authentication: do not expose it.
 """
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -198,6 +199,16 @@ def bind(host: str, port: int) -> socket.socket:
     return bound
 
 
+class _CancelledAtShutdown(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" of a request it cancelled 5 s into a shutdown: a 60-line
+    traceback of its CancelledError per request, after uvicorn's own line saying how many it cancelled (each is
+    aborted: `_watching`, `_stream`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, asyncio.CancelledError)
+
+
 class Server:
     """uvicorn serving `engine`'s app on a socket bound here, or on `bound` (port 0: a free one, in
     `server_address`)."""
@@ -209,6 +220,9 @@ class Server:
         self.server_address = self.socket.getsockname()
         config = uvicorn.Config(make_app(engine), log_level="warning", backlog=2048, timeout_graceful_shutdown=5)
         self.uvicorn = uvicorn.Server(config)
+        errors = logging.getLogger("uvicorn.error")  # (configured by the Config above)
+        if not any(isinstance(known, _CancelledAtShutdown) for known in errors.filters):
+            errors.addFilter(_CancelledAtShutdown())
 
     def serve_forever(self) -> None:
         """Serve until shutdown() (or SIGINT/SIGTERM, in the main thread)."""
@@ -289,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     server = make_server(engine, args.host, args.port, bound)
     host, port = server.server_address[:2]
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
     print(
         f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions, completions and responses)",
         flush=True,
