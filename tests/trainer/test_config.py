@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import typing
 
 import pytest
 import torch
@@ -1118,6 +1119,21 @@ def test_lora_keys_as_easyr1_writes_them(files):
         load_config([*base_args(files), f"{lora}.rank=8", f"{lora}.alpha=0"])
 
 
+def test_a_temperature_vllm_raises_is_refused(files):
+    """vLLM raises a temperature in (0, 0.01) to 0.01 (sampling_params._MAX_TEMP, a warning in each worker): it samples
+    and reports log-probs at 0.01, and the actor computed the responses' log-probs at the configured temperature, so
+    temperature=1e-6 (the way round the refusal of 0) trained on samples of another policy, in every mode."""
+    for mode in ([], ["worker.rollout.mode=colocated"]):
+        with pytest.raises(ConfigError, match=r"temperature=0.005 is below 0.01, which vLLM raises to 0.01"):
+            load_config([*base_args(files), "worker.rollout.temperature=0.005", *mode])
+    assert load_config([*base_args(files), "worker.rollout.temperature=0.01"]).worker.rollout.temperature == 0.01
+    from vllm.sampling_params import _MAX_TEMP
+
+    from verl.workers.rollout.config import MIN_TEMPERATURE
+
+    assert MIN_TEMPERATURE == _MAX_TEMP  # vLLM's own bound
+
+
 def test_lora_sync_adapters_needs_language_model_adapters(files):
     """rollout.lora_sync=adapters sends the actor's LoRA adapters: refused without them (naming the key), and for
     vision-tower adapters, which it does not carry."""
@@ -1133,6 +1149,22 @@ def test_lora_sync_adapters_needs_language_model_adapters(files):
         )
     with pytest.raises(ConfigError, match=r"'worker.rollout.lora_sync' is 'adapter'"):
         load_config([*base_args(files), f"{lora}.rank=8", "worker.rollout.lora_sync=adapter"])
+
+
+def test_lora_sync_adapters_is_refused_above_the_largest_rank_vllm_serves(files):
+    """vLLM's LoRA layers take max_lora_rank up to 512: a larger actor rank was accepted with lora_sync=adapters and
+    every worker's engine refused it as it started, after Ray, the workers and their models had."""
+    from vllm.config.lora import MaxLoRARanks
+
+    top, adapters = max(typing.get_args(MaxLoRARanks)), "worker.rollout.lora_sync=adapters"
+    rank = "worker.actor.model.lora.rank"
+    assert load_config([*base_args(files), f"{rank}={top}", adapters]).worker.actor.model.lora.rank == top
+    with pytest.raises(ConfigError, match=rf"lora.rank={top + 1}: vLLM serves LoRA adapters of rank {top} at most"):
+        load_config([*base_args(files), f"{rank}={top + 1}", adapters])
+    assert load_config([*base_args(files), f"{rank}={top + 1}"]).worker.rollout.lora_sync == "merged"  # merged: any
+    from verl.workers.rollout.vllm_compat import SERVED_LORA_RANKS
+
+    assert SERVED_LORA_RANKS == tuple(sorted(typing.get_args(MaxLoRARanks)))  # the check's copy, without vLLM
 
 
 def test_lora_sync_adapters_is_refused_where_the_engines_model_takes_none(files):

@@ -138,6 +138,28 @@ def test_a_tensor_parallel_engine_must_divide_the_gated_deltanet_value_heads(fil
         load_config([*base_args(files), "worker.rollout.tensor_parallel_size=2"])
 
 
+def test_a_tensor_parallel_engine_and_the_key_value_heads_must_divide_one_another(files):
+    """vLLM's QKVParallelLinear splits the key/value heads over the engine's processes, or copies one head to several
+    where there are fewer heads than processes: 12 attention heads and 2 key/value heads with tensor_parallel_size=3
+    passed the attention-head check, and every worker's engine failed an assertion ("3 is not divisible by 2") as it
+    built the model."""
+    heads = {"model_type": "qwen2", "num_attention_heads": 12, "num_key_value_heads": 2}
+    config_only_model(files / "model", heads)
+    args = [*base_args(files), "data.rollout_batch_size=12", "worker.actor.global_batch_size=6"]
+    for size, world in ((1, 2), (2, 2), (4, 4), (6, 6)):  # a share of the heads, or a copy of one (4, 6)
+        tp = [f"trainer.n_gpus_per_node={world}", f"worker.rollout.tensor_parallel_size={size}"]
+        assert load_config([*args, *tp]).worker.rollout.tensor_parallel_size == size
+    tp = ["trainer.n_gpus_per_node=3", "worker.rollout.tensor_parallel_size=3"]
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=3 and the model's num_key_value_heads=2: each"):
+        load_config([*args, *tp])
+    # the MLP too (Qwen2.5-1.5B's 8960 over 6 processes: "8960 is not divisible by 6" as the engine built it)
+    config_only_model(files / "model", {**heads, "intermediate_size": 8960})
+    assert load_config([*args, "trainer.n_gpus_per_node=4", "worker.rollout.tensor_parallel_size=4"])
+    tp = ["trainer.n_gpus_per_node=6", "worker.rollout.tensor_parallel_size=6"]
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=6 must divide the model's intermediate_size=8960"):
+        load_config([*args, *tp])
+
+
 @pytest.mark.parametrize(
     ("override", "read", "expected"),
     [

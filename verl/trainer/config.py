@@ -1179,6 +1179,13 @@ def _check_lora_sync(config: PPOConfig) -> None:
             "(worker.actor.model.lora.vision_tower=true): it sends the language model's adapters only. Use "
             "worker.rollout.lora_sync=merged."
         )
+    from verl.workers.rollout.vllm_compat import SERVED_LORA_RANKS
+
+    if lora.rank > SERVED_LORA_RANKS[-1]:  # else every worker's engine refused it as it started
+        raise ConfigError(
+            f"worker.rollout.lora_sync=adapters with worker.actor.model.lora.rank={lora.rank}: vLLM serves LoRA "
+            f"adapters of rank {SERVED_LORA_RANKS[-1]} at most. Use worker.rollout.lora_sync=merged or a lower rank."
+        )
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
     model_config = read_model_config(key, path) or {}
     if model_config.get("model_type") in NO_ENGINE_ADAPTERS:
@@ -1236,9 +1243,10 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
 
 
 def _check_engine_heads(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any] | None) -> None:
-    """A tensor-parallel engine gives each process a share of the heads; vLLM checks the attention heads itself, but
-    not a Gated DeltaNet layer's (Qwen3.5), which fails deep in its first forward. On the CPU an engine (the rollout's,
-    a CPU judge's) runs only some head sizes and finds out in its first forward too."""
+    """A tensor-parallel engine gives each process a share of the heads; vLLM checks the attention heads itself (in
+    every worker), not a Gated DeltaNet layer's (Qwen3.5), which fails deep in its first forward, nor the key/value
+    heads, which fail an assertion as the model builds. On the CPU an engine (the rollout's, a CPU judge's) runs only
+    some head sizes and finds out in its first forward too."""
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
     if on_cpu:
         _check_cpu_head_size(key, path, model_config)
@@ -1267,6 +1275,19 @@ def _check_engine_heads(config: PPOConfig, on_cpu: bool, model_config: dict[str,
                 f"worker.rollout.tensor_parallel_size={size} must divide the model's {name}={heads} (each engine "
                 "process computes a share of the heads); choose a size that divides it."
             )
+    kv_heads = text.get("num_key_value_heads")  # vLLM's QKVParallelLinear splits them, or copies them to each process
+    if isinstance(kv_heads, int) and kv_heads > 0 and kv_heads % size != 0 and size % kv_heads != 0:
+        raise ConfigError(  # else every worker's engine failed an assertion as it built the model ("not divisible")
+            f"worker.rollout.tensor_parallel_size={size} and the model's num_key_value_heads={kv_heads}: each engine "
+            "process takes a share of the key/value heads, or a copy of one where there are fewer heads than "
+            "processes, so one of the two must divide the other; choose such a size."
+        )
+    width = text.get("intermediate_size")  # the MLP's, split by vLLM's Merged/RowParallelLinear (an assertion)
+    if isinstance(width, int) and width % size != 0 and expert_count(model_config) is None:
+        raise ConfigError(
+            f"worker.rollout.tensor_parallel_size={size} must divide the model's intermediate_size={width} (each "
+            "engine process computes a share of the MLP); choose a size that divides it."
+        )
 
 
 def _check_context_length(config: PPOConfig, model_config: dict[str, Any] | None) -> None:

@@ -121,6 +121,18 @@ def test_row_caps_limit_a_response_up_to_the_calls_length() -> None:
         _rollout().admit(_prompts(1, [0]), RolloutRequest(), seed_rank=0)
 
 
+def test_a_validation_min_tokens_above_a_requests_budget_stops_at_the_budget() -> None:
+    """val_override_config.min_tokens within the response length was accepted, and a request with less room (a row's
+    max_response_tokens, an episode turn's max_tokens_per_turn or the room its earlier turns left) failed inside every
+    worker at the first validation: vLLM refuses min_tokens > max_tokens."""
+    rollout = _rollout(val_override_config={"min_tokens": 4})
+    _, _, make_params, _ = rollout.request_sampling(RolloutRequest(validate=True), rollout.request_loop)
+    assert make_params(6, 1).min_tokens == 4
+    assert (make_params(2, 1).min_tokens, make_params(2, 1).max_tokens) == (2, 2)
+    _, _, training, _ = rollout.request_sampling(RolloutRequest(), rollout.request_loop)
+    assert training(2, 1).min_tokens == 0
+
+
 def test_a_requests_response_length_may_be_the_configured_one_and_no_more() -> None:
     rollout = _rollout()
     assert rollout.call_response_length(RolloutRequest()) == 6

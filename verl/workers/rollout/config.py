@@ -29,6 +29,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
 """The values of the rollout's fields that take one of a set (rollout backends, vLLM dtypes, ...)."""
 CPU_DEFAULT_KV_CACHE_MB = 256
 """rollout.kv_cache_memory_mb on the CPU when unset (vLLM would otherwise reserve a share of the host's RAM)."""
+MIN_TEMPERATURE = 0.01
+"""vLLM raises a temperature above 0 and below this to it (vllm.sampling_params._MAX_TEMP), with a warning: it samples
+and reports log-probs at this temperature."""
 FIXED_SAMPLING_KEYS: frozenset[str] = frozenset({"max_tokens", "detokenize", "output_kind"})
 """vLLM SamplingParams fields the rollout sets itself (max_tokens is rollout.response_length)."""
 
@@ -99,8 +102,8 @@ class RolloutConfig:
     n: int = 1
     """Responses sampled per prompt; group estimators (grpo, rloo, ...) need n > 1."""
     temperature: float = 1.0
-    """Sampling temperature, in (0, 2]; log-probs are recomputed at the same temperature (greedy validation:
-    val_override_config.temperature=0)."""
+    """Sampling temperature, in [0.01, 2] (vLLM would sample at 0.01 below it); log-probs are recomputed at the same
+    temperature (greedy validation: val_override_config.temperature=0)."""
     top_p: float = 1.0
     """Nucleus sampling threshold."""
     top_k: int = -1
@@ -210,7 +213,9 @@ class RolloutConfig:
     val_override_config: dict[str, Any] = field(default_factory=dict)
     """Sampling overrides for validation (vLLM SamplingParams fields), e.g. {temperature: 0.6, top_p: 0.95, n: 1};
     responses are token ids, so stop on stop_token_ids rather than stop strings. With an env, a model turn that stops
-    on one of the stop_token_ids ends its episode as finished (its environment is not stepped again)."""
+    on one of the stop_token_ids ends its episode as finished (its environment is not stepped again), and min_tokens
+    applies to each model turn; it never exceeds a request's own budget (a row's max_response_tokens, a turn's
+    room)."""
     prompt_length: int = -1
     """Derived from data.max_prompt_length."""
     response_length: int = -1
@@ -242,6 +247,13 @@ class RolloutConfig:
                 f"{prefix}temperature=0 samples greedily, but the actor computes the responses' log-probs at the "
                 f"rollout's temperature (its logits divided by it), which is undefined at 0: set {prefix}temperature "
                 f"above 0 (e.g. 1.0). For greedy validation set {prefix}val_override_config.temperature=0 instead."
+            )
+        if self.temperature < MIN_TEMPERATURE:  # else vLLM samples at 0.01, and the actor scores at this one
+            raise ConfigError(
+                f"{prefix}temperature={self.temperature:g} is below {MIN_TEMPERATURE:g}, which vLLM raises to "
+                f"{MIN_TEMPERATURE:g} (it samples, and reports log-probs, at that temperature), while the actor "
+                f"computes the responses' log-probs at {self.temperature:g}: the trained policy would not be the one "
+                f"that sampled. Set {prefix}temperature to at least {MIN_TEMPERATURE:g}."
             )
         overrides = self.val_override_config
         temperature, n = overrides.get("temperature"), overrides.get("n", 1)

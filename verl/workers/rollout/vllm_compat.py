@@ -15,7 +15,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, get_args
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -508,23 +508,18 @@ def render_chat(
     return llm._preprocess_chat_one(messages, tools=tools, chat_template_kwargs=template_kwargs)
 
 
-_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-"""vLLM 0.32's allowed `max_lora_rank` values (`vllm.config.lora.MaxLoRARanks`), used where that type is missing."""
+SERVED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""vLLM 0.32's allowed `max_lora_rank` values, sorted (`vllm.config.lora.MaxLoRARanks`; a test fails when vLLM's
+change): the config check reads them before Ray starts, without importing vLLM."""
 
 
 def lora_engine_kwargs(rank: int) -> dict[str, Any]:
     """The `vllm.LLM` arguments for LoRA layers holding one adapter of rank `rank`: the smallest allowed
     `max_lora_rank` that holds it (a larger one only pads)."""
-    try:
-        from vllm.config.lora import MaxLoRARanks
-
-        allowed = tuple(sorted(get_args(MaxLoRARanks))) or _LORA_RANKS
-    except ImportError:
-        allowed = _LORA_RANKS
-    fitting = [value for value in allowed if value >= rank]
+    fitting = [value for value in SERVED_LORA_RANKS if value >= rank]
     if not fitting:
         raise ValueError(
-            f"worker.actor.model.lora.rank={rank} is above the largest LoRA rank vLLM serves ({max(allowed)}); use "
+            f"worker.actor.model.lora.rank={rank} is above the largest LoRA rank vLLM serves ({SERVED_LORA_RANKS[-1]}); use "
             "worker.rollout.lora_sync=merged or a lower rank."
         )
     return {"enable_lora": True, "max_lora_rank": fitting[0], "max_loras": 1}

@@ -565,8 +565,19 @@ class VLLMRollout:
             else:
                 loop.turns = EpisodeTurns(runner, self.env)
 
+        min_tokens = kwargs.pop("min_tokens", 0) or 0
+
         def make_params(max_tokens: int, seed: int | None) -> Any:
-            return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
+            # min_tokens (val_override_config) within the request's budget: a row's cap, an episode turn's room (vLLM
+            # refuses min_tokens > max_tokens, which failed the validation inside every worker)
+            return SamplingParams(
+                **kwargs,
+                n=1,
+                max_tokens=max_tokens,
+                min_tokens=min(min_tokens, max_tokens),
+                seed=seed,
+                output_kind=RequestOutputKind.DELTA,
+            )
 
         return n, greedy, make_params, base_seed
 
