@@ -1134,6 +1134,32 @@ def test_a_temperature_vllm_raises_is_refused(files):
     assert MIN_TEMPERATURE == _MAX_TEMP  # vLLM's own bound
 
 
+def test_lora_targets_peft_cannot_adapt_are_refused_when_the_config_loads(files, tmp_path):
+    """A norm layer in target_modules (it has weights, so the name check passed), or exclude_modules that excluded
+    every layer or every layer of a named target, passed the config check, and every worker failed with peft's error
+    when it built the actor, after Ray had started (SFT's loader too)."""
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.sft.config import load_sft_config
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    lora = "worker.actor.model.lora"
+    args += [f"worker.actor.model.model_path={model}", "trainer.device=cpu", f"{lora}.rank=8"]
+    with pytest.raises(ConfigError, match=r"^worker.actor.model.lora: Target module Qwen2RMSNorm.* is not supported"):
+        load_config([*args, f"{lora}.target_modules=q_proj,input_layernorm"])
+    with pytest.raises(ConfigError, match=r"^worker.actor.model.lora: All modules were excluded"):
+        load_config([*args, f"{lora}.exclude_modules=.*"])
+    with pytest.raises(ConfigError, match=r"^worker.actor.model.lora: No modules were targeted"):
+        load_config([*args, f"{lora}.target_modules=q_proj", f"{lora}.exclude_modules=.*q_proj"])
+    with pytest.raises(ConfigError, match=r"target_modules names v_proj, which no layer .* \(after exclude_modules"):
+        load_config([*args, f"{lora}.target_modules=q_proj,v_proj", f"{lora}.exclude_modules=.*v_proj"])
+    assert load_config([*args, f"{lora}.exclude_modules=.*mlp.*"]).worker.actor.model.lora.exclude_modules
+    assert load_config([*args, f"{lora}.target_modules=q_proj,down_proj"]).worker.actor.model.lora.rank == 8
+    sft = [f"data.train_files={files / 'train.jsonl'}", f"worker.model.model_path={model}", "trainer.device=cpu"]
+    with pytest.raises(ConfigError, match=r"^worker.model.lora: All modules were excluded"):
+        load_sft_config([*sft, "worker.model.lora.rank=8", "worker.model.lora.exclude_modules=.*"])
+
+
 def test_lora_sync_adapters_needs_language_model_adapters(files):
     """rollout.lora_sync=adapters sends the actor's LoRA adapters: refused without them (naming the key), and for
     vision-tower adapters, which it does not carry."""
@@ -1237,6 +1263,34 @@ def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files, c
     (files / "model" / "config.json").write_text(json.dumps(vl_config))
     with pytest.raises(ConfigError, match=r"must divide the model's num_attention_heads=6"):  # the language model's
         load_config([*base_args(files), "worker.actor.ulysses_size=4", "trainer.n_gpus_per_node=4"])
+
+
+def test_the_update_micro_batch_divides_a_sequence_parallel_groups_rows(files):
+    """With Ulysses the ranks of a group run the same rows (MicroBatchPasses: global_batch_size x n / (devices /
+    ulysses_size) a rank): 2 prompts x n=2 over 4 devices in groups of 2 are 2 rows a rank, and a micro-batch of 2 was
+    refused as not dividing "the 1 samples each device gets"."""
+    args = [
+        *base_args(files),
+        "trainer.n_gpus_per_node=4",
+        "data.rollout_batch_size=4",
+        "worker.actor.global_batch_size=2",
+        "worker.actor.dynamic_batching=false",
+        "worker.actor.ulysses_size=2",
+    ]
+    config = load_config([*args, "worker.actor.micro_batch_size_per_device_for_update=2"])
+    assert config.worker.actor.micro_batch_size_per_device_for_update == 2
+    with pytest.raises(ConfigError, match=r"=4 must divide the 2 samples each device gets per update \(worker.actor"):
+        load_config([*args, "worker.actor.micro_batch_size_per_device_for_update=4"])
+    gae = [
+        "algorithm.adv_estimator=gae",
+        f"worker.critic.model.model_path={files / 'model'}",
+        "worker.critic.global_batch_size=2",
+        "worker.critic.dynamic_batching=false",
+        "worker.critic.padding_free=true",
+        "worker.critic.ulysses_size=2",
+    ]
+    critic = load_config([*args, *gae, "worker.critic.micro_batch_size_per_device_for_update=2"]).worker.critic
+    assert critic.micro_batch_size_per_device_for_update == 2
 
 
 def test_a_tensor_parallel_engine_must_divide_the_gated_deltanet_heads(files):

@@ -133,8 +133,11 @@ class DataConfig:
     mini_rollout_batch_size: int | None = None
     """Prompts per generation round (the data loader's batch); unset: rollout_batch_size. A step runs rounds until it
     has rollout_batch_size prompts' groups (those algorithm.online_filtering keeps) and drops the last round's
-    surplus, as EasyR1 does. In the asynchronous modes a round is also the unit of admission and of what a step takes
-    from the engines at once: at most (worker.rollout.max_staleness + 1) rounds of prompts are in flight."""
+    surplus, as EasyR1 does. trainer.total_epochs counts a pass as (its rounds x this) / rollout_batch_size steps,
+    so a round size that does not divide rollout_batch_size (a surplus dropped every step) draws more than
+    total_epochs passes over the data: 16 with rollout_batch_size=8 draws two. In the asynchronous modes a round is
+    also the unit of admission and of what a step takes from the engines at once: at most
+    (worker.rollout.max_staleness + 1) rounds of prompts are in flight."""
     val_batch_size: int = -1
     """Prompts per validation batch; -1 puts the whole validation set in one batch, built in the driver at once
     (warned about above 4,096 prompts: 50,000 prompts at max_prompt_length=2048 took 5.7 GB there)."""
@@ -270,7 +273,8 @@ class AlgorithmConfig:
     token to learn from takes no optimizer step. Logged: response_length/truncated_ratio."""
     entropy_control: bool = False
     """Adaptive entropy control (Skywork-OR1): after every step the entropy bonus' coefficient (starting at
-    worker.actor.entropy_coeff) moves by entropy_coeff_delta towards keeping the policy's token entropy at
+    worker.actor.entropy_coeff, clipped into [entropy_coeff_min, entropy_coeff_max], so the default 0 starts at
+    entropy_coeff_min) moves by entropy_coeff_delta towards keeping the policy's token entropy at
     target_entropy, within [entropy_coeff_min, entropy_coeff_max]; the bonus is off after a step whose entropy was
     above the target. Logged as actor/entropy_coeff."""
     target_entropy: float = 0.2
@@ -1438,12 +1442,15 @@ def _check_batch_sizes(config: PPOConfig) -> None:
                 f"{key}.global_batch_size x worker.rollout.n = {samples_per_update} samples must split evenly over "
                 f"trainer.nnodes x trainer.n_gpus_per_node = {world} devices."
             )
-        per_device = samples_per_update // world
+        # Ulysses: the ranks of a sequence-parallel group run the same rows, so a device's share is per group
+        data_parallel = world // section.ulysses_size if world % section.ulysses_size == 0 else world
+        per_device = samples_per_update // data_parallel
         micro = section.micro_batch_size_per_device_for_update
         if micro is not None and not section.dynamic_batching and per_device % micro != 0:
+            per = "devices" if section.ulysses_size == 1 else f"(devices / {key}.ulysses_size)"
             raise ConfigError(
                 f"{key}.micro_batch_size_per_device_for_update={micro} must divide the {per_device} samples each "
-                f"device gets per update ({key}.global_batch_size x rollout.n / devices)."
+                f"device gets per update ({key}.global_batch_size x rollout.n / {per})."
             )
     for key in ("rollout_batch_size", "mini_rollout_batch_size"):
         prompts = getattr(data, key)
