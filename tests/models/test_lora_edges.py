@@ -1,7 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Edges of the LoRA adapters: exclusions on a vision-language model, the adapters' seed, refusals at injection
-(embeddings, fused experts) and the merge's scaling."""
+"""Edges of the LoRA adapters: exclusions on a vision-language model and all-linear on a Mamba hybrid, the adapters'
+seed, refusals at injection (embeddings, fused experts) and the merge's scaling."""
 
 import pytest
 import torch
@@ -65,3 +65,34 @@ def test_a_mixture_of_two_experts_is_refused_when_its_experts_get_adapters(model
     model = build_model(config, device="meta")
     with pytest.raises(NotImplementedError, match=r"mixture of experts \(model\.layers\.0\.mlp\.experts"):
         apply_lora(model, LoraConfig(rank=4, alpha=8), False, None)
+
+
+def test_all_linear_on_a_mamba_hybrid_adapts_every_linear_layer_but_the_mixers_out_proj(tmp_path):
+    """Falcon-H1 (Mamba mixers beside attention) with the default target_modules=all-linear: peft's all-linear named
+    the mixers' out_proj too and then refused it ("Module 'out_proj' is incompatible with Mamba-based models"), so
+    every LoRA run of such a model stopped at the actor's start. It now adapts the other linear layers (the mixers'
+    in_proj too); the adapter config it saves loads in peft as the same model."""
+    import json
+
+    from peft import PeftModel
+    from safetensors.torch import save_file
+
+    from verl.models.lora import adapter_config_dict, peft_adapter_state
+
+    path = get_or_build_tiny_model("falcon_h1", str(tmp_path / "models"))
+    model = build_model(ModelConfig(model_path=path))
+    apply_lora(model, LoraConfig(rank=4, alpha=8), False, path)
+    leaves = {name.rsplit(".", 1)[-1] for name in _adapted_layers(model)}
+    assert leaves == {"q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "gate_proj", "up_proj", "down_proj"}
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)  # a trained adapter
+    (tmp_path / "adapter").mkdir()
+    save_file(peft_adapter_state(model.state_dict()), str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(adapter_config_dict(model), default=str))
+    loaded = PeftModel.from_pretrained(build_model(ModelConfig(model_path=path)), tmp_path / "adapter")
+    ids = torch.tensor([[5, 17, 99, 3, 42, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=1e-5)

@@ -32,8 +32,17 @@ LORA_INIT_SEED = 1234
 
 _LORA_PARAM = re.compile(rf"^(?P<prefix>.*)\.lora_(?P<part>[AB])\.{ADAPTER_NAME}\.weight$")
 
+MAMBA_MODEL_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+"""Model types whose Mamba mixers' `out_proj` peft refuses to adapt (peft.tuners.tuners_utils'
+_check_lora_target_modules_mamba)."""
+MAMBA_OUT_PATTERN = r".*\.out_proj"
+"""What `all-linear` leaves out on a MAMBA_MODEL_TYPES model: peft's all-linear names every linear layer, the Mamba
+mixers' out_proj included, then refuses that one, so the default targets failed every LoRA run of such a model."""
 
-def _peft_config(lora: LoraConfig, vision_language: bool, base_model_path: str | None) -> Any:
+
+def _peft_config(
+    lora: LoraConfig, vision_language: bool, base_model_path: str | None, model_type: str | None = None
+) -> Any:
     from peft import LoraConfig as PeftLoraConfig
 
     targets: str | list[str] = lora.target_modules
@@ -42,6 +51,8 @@ def _peft_config(lora: LoraConfig, vision_language: bool, base_model_path: str |
     exclude = lora.exclude_modules
     if vision_language and not lora.vision_tower:
         exclude = VISION_SIDE_PATTERN if exclude is None else f"(?:{exclude})|(?:{VISION_SIDE_PATTERN})"
+    if targets == "all-linear" and model_type in MAMBA_MODEL_TYPES:
+        exclude = MAMBA_OUT_PATTERN if exclude is None else f"(?:{exclude})|(?:{MAMBA_OUT_PATTERN})"
     return PeftLoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
@@ -66,7 +77,8 @@ def apply_lora(
     from peft import inject_adapter_in_model
     from peft.tuners.lora.layer import ParamWrapper
 
-    peft_config = _peft_config(lora, vision_language, base_model_path)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    peft_config = _peft_config(lora, vision_language, base_model_path, model_type)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(LORA_INIT_SEED)
         try:
