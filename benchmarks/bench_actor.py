@@ -48,6 +48,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -158,6 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}.")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}.")
+    if not 0.0 <= args.zero_advantage_share <= 1.0:
+        parser.error(f"--zero-advantage-share is a share of the rows, in [0, 1], got {args.zero_advantage_share}.")
     args.device_type = device_type
     return args
 
@@ -490,7 +493,7 @@ def summarize(args: argparse.Namespace, data: DataProto, results: dict[str, dict
         flops_per_token = (6 if phase == "update" else 2) * params
         for side in SIDES:
             measured = results[side][phase]
-            seconds = sorted(measured["times"])[len(measured["times"]) // 2]
+            seconds = statistics.median(measured["times"])
             prefix = f"{phase}_{side}"
             figures[f"{prefix}_s"] = seconds
             figures[f"{prefix}_tokens_per_s"] = valid_tokens / seconds

@@ -31,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 from typing import Any
@@ -40,6 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_grpo  # noqa: E402
 
+from verl.utils.cli import positive  # noqa: E402
+
 
 REPO = bench_grpo.REPO
 MODES = ("sync", "colocated", "disaggregated")
@@ -47,13 +50,13 @@ MODES = ("sync", "colocated", "disaggregated")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--prompts", type=positive(int), default=16, help="prompts per step")
+    parser.add_argument("--n", type=positive(int), default=4, help="samples per prompt")
     parser.add_argument("--short", type=int, default=32, help="response cap of most prompts")
     parser.add_argument("--long", type=int, default=512, help="response cap of the long prompts")
     parser.add_argument("--long-share", type=float, default=0.1, help="share of prompts capped at --long")
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each mode, alternating")
+    parser.add_argument("--repeats", type=positive(int), default=1, help="runs of each mode, alternating")
     parser.add_argument(
         "--modes",
         default="sync,colocated:2,colocated:2:bypass",
@@ -251,6 +254,9 @@ def run_figures(result: Any, rows: list[dict[str, Any]], samples: int) -> dict[s
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    # as bench_grpo's: `timeout` or a scheduler stopping the benchmark unwinds, so the run's own session (trainer,
+    # Ray, engines), which no signal to this process's group reaches, is ended rather than left running
+    signal.signal(signal.SIGTERM, bench_grpo._exit_on_sigterm)
     samples = args.prompts * args.n
     report: dict[str, Any] = {
         "bench": "async",

@@ -36,7 +36,7 @@ SIDES = {
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per round (x2 samples)")
+    parser.add_argument("--prompts", type=positive(int), default=8, help="prompts per round (x2 samples)")
     parser.add_argument("--rounds", type=positive(int), default=3)
     parser.add_argument("--sides", default="builtin,verifiers")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_episodes"))
@@ -86,7 +86,7 @@ def measure(side: str, args: argparse.Namespace, model: str) -> dict[str, Any]:
             f"trainer.save_checkpoint_path={os.path.join(args.workdir, side, 'ckpt')}",
         ]
     )
-    loader, _, tokenizer, processor = _prepare_inputs(config)
+    loader, _, tokenizer, processor, _ = _prepare_inputs(config)
     rollout = VLLMRollout(model, config.worker.rollout, tokenizer, processor)
     seconds, turns, tokens, episodes = [], [], [], 0
     batches = iter(())

@@ -526,13 +526,20 @@ def run_measured(
 
 
 def end_session(process: subprocess.Popen) -> None:
-    """SIGTERM to the session the run was started in (its process group), SIGKILL after 30 s."""
-    os.killpg(process.pid, signal.SIGTERM)
+    """SIGTERM to the run's driver alone, then SIGKILL to what is left of its session (its process group) once it has
+    exited, or after 30 s. The driver leads the group, so its local Ray's daemons share it: a SIGTERM to the whole
+    group ended them at once, and the driver, left waiting on them, neither logged its step nor stopped until the
+    SIGKILL."""
+    process.send_signal(signal.SIGTERM)
     try:
         process.wait(30)
     except subprocess.TimeoutExpired:
+        pass
+    try:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    except ProcessLookupError:  # nothing of the session is left
+        pass
+    process.wait()
 
 
 def steady_samples_per_s(step_end: dict[int, float], samples_per_step: int, skip: int = SKIP_STEPS) -> float | None:
@@ -845,8 +852,10 @@ def print_report(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         f"\n{'run':<8} {'samples/s':>10} {'start-up s':>11} {'peak RSS GB':>12} {'peak PSS GB':>12} {'procs':>6} "
         f"{'resp len':>9}"
     )
-    for index, run in enumerate(runs):
-        name = f"{run['side']}#{index // len(SIDES) + 1}" if len(runs) > 1 else run["side"]
+    repeats: dict[str, int] = {}  # each side's runs numbered on their own (--sides ours runs one side, not two)
+    for run in runs:
+        repeats[run["side"]] = repeats.get(run["side"], 0) + 1
+        name = f"{run['side']}#{repeats[run['side']]}" if len(runs) > 1 else run["side"]
         if "error" in run:
             print(f"{name:<8} failed (returncode {run['returncode']})")
             continue

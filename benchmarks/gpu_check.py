@@ -12,9 +12,11 @@ bare loop, MFU on CUDA) and, last, one JSON object with the figures.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -43,20 +45,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for case in args.cases:
         if len(case) != 2 or case[0] not in ("packed", "padded") or case[1] not in ("full", "variable", "capped"):
             parser.error(f"--cases takes MODE:LENGTHS with MODE packed|padded, LENGTHS full|variable|capped: {case}")
+    if not args.quick and args.model != "tiny":
+        import torch
+
+        if not torch.cuda.is_available():  # else bench_actor runs the GPU workloads on the CPU, for hours
+            parser.error(
+                f"torch sees no CUDA device in this process, and --model {args.model} is a GPU workload; "
+                "run it on a GPU machine, or pass --quick for the tiny CPU sizes on any device."
+            )
     return args
 
 
 def run_logged(command: list[str], log_path: str, timeout: float) -> tuple[int, str, float]:
-    """Run `command` in the repository with its output in `log_path`; (return code, output, seconds)."""
+    """Run `command` in the repository with its output in `log_path`; (return code, output, seconds). It runs in a
+    process group of its own, which is ended whole when it returns or times out (or this script stops): a test's Ray
+    workers or engine processes would otherwise hold the GPU through the cases after it."""
     start = time.monotonic()
-    try:
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as err:
-        code = 124
-        output = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(errors="replace")
     with open(log_path, "w") as log:
-        log.write(output)
+        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            code = 124
+        finally:  # what the step left running in its group, or the whole step on a timeout
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    with open(log_path, errors="replace") as log:
+        output = log.read()
     return code, output, time.monotonic() - start
 
 

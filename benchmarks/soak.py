@@ -19,6 +19,7 @@ warm start: the soak measures resources, not learning). The last line printed is
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -170,20 +171,34 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     # stderr to a file: a pipe read only at the end fills (64 KiB, ~200 steps of progress bar) and blocks the run
     errors = tempfile.TemporaryFile()
-    trainer = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+    # a session of its own: a signal to this script's group (Ctrl-C, `timeout`) reaches the trainer once, from below
+    trainer = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True
+    )
     root = psutil.Process(trainer.pid)
     samples: list[tuple[int, float, dict[int, dict]]] = []
     at_warmup: dict[int, dict] | None = None
     last: dict[int, dict] = {}
-    while trainer.poll() is None:
-        step = current_step(log_path)
-        figures = snapshot(root)
-        if figures:
-            last = figures
-            samples.append((step, time.monotonic() - start, figures))
-            if at_warmup is None and step >= args.warmup:
-                at_warmup = figures
-        time.sleep(args.interval)
+    # a SIGTERM to this script (`kill`, `timeout`, a scheduler) unwinds, and the run is stopped with it, not left going
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        while trainer.poll() is None:
+            step = current_step(log_path)
+            figures = snapshot(root)
+            if figures:
+                last = figures
+                samples.append((step, time.monotonic() - start, figures))
+                if at_warmup is None and step >= args.warmup:
+                    at_warmup = figures
+            time.sleep(args.interval)
+    finally:
+        if trainer.poll() is None:  # the trainer saves its step and ends its Ray on SIGTERM
+            trainer.terminate()
+            try:
+                trainer.wait(60)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
+                trainer.wait()
     errors.seek(0)
     stderr = errors.read().decode(errors="replace")
     errors.close()

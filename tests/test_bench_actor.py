@@ -78,3 +78,36 @@ def test_bench_actor_figures_and_log_probs_match_bare_loop(
         )
     assert figures["log_probs_max_abs_diff"] < 1e-4, "project and bare loop disagree on the same batch"
     assert returned["log_probs_max_abs_diff"] == pytest.approx(figures["log_probs_max_abs_diff"], rel=1e-5)
+
+
+@pytest.mark.parametrize("share", ["-0.5", "1.5"])
+def test_a_zero_advantage_share_outside_zero_to_one_is_refused(
+    bench: ModuleType, model_root: str, share: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-0.5 was a traceback from torch.linspace after the model was built; 1.5 zeroed every row's advantage."""
+    with pytest.raises(SystemExit) as refused:
+        bench.parse_args(tiny_argv(model_root, "--zero-advantage-share", share))
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"in [0, 1], got {float(share)}.")
+
+
+def test_an_even_count_of_timed_iterations_reports_their_median(bench: ModuleType, model_root: str) -> None:
+    """With --iters 2 the figure was the slower iteration (the upper of the middle two), not their median."""
+    args = bench.parse_args(tiny_argv(model_root, "--iters", "2"))
+    data = bench.make_batch(args, pad_id=0, vocab=100)
+    phase = {"peak_mib": 1.0, "rise_mib": None, "memory_kind": "test"}
+    results = {
+        side: {
+            "params": 1000,
+            "attn": "sdpa",
+            "packed": True,
+            "gather_once": True,
+            "first_log_probs": torch.zeros(4, 16),
+            "update": {"times": [1.0, 3.0], **phase},
+            "log_probs": {"times": [0.5, 1.5], **phase},
+        }
+        for side in bench.SIDES
+    }
+    figures = bench.summarize(args, data, results)
+    assert figures["update_project_s"] == 2.0 and figures["log_probs_bare_s"] == 1.0
+    assert figures["update_bare_tokens_per_s"] == figures["valid_tokens"] / 2.0

@@ -60,6 +60,26 @@ def test_bench_episodes_arguments() -> None:
     assert set(episodes.SIDES) == {"builtin", "verifiers"}
 
 
+def test_bench_episodes_measures_the_builtin_environment(tmp_path) -> None:
+    """It stopped at once with "too many values to unpack" since the runner's `_prepare_inputs` also returns the
+    checkpoint to resume from. A real run: the tiny Qwen2's engine in the benchmark's process, one round of the
+    calculator's episodes after a warm-up round."""
+    import json
+    import subprocess
+    import sys
+
+    from repo_files import REPO
+
+    command = [sys.executable, str(REPO / "benchmarks" / "bench_episodes.py"), "--prompts", "2", "--rounds", "1"]
+    command += ["--sides", "builtin", "--workdir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["error"] is None and "verifiers" not in report
+    assert report["builtin"]["episodes_per_round"] == 4 and report["builtin"]["s_per_episode"] > 0
+    assert report["builtin"]["model_turns_per_episode"] >= 1
+
+
 def test_trained_tokens_are_the_responses_tokens(bench: ModuleType) -> None:
     """The tables once counted each sample's prompt tokens as trained (perf/total_num_tokens)."""
     steps = [
@@ -67,3 +87,53 @@ def test_trained_tokens_are_the_responses_tokens(bench: ModuleType) -> None:
         {"timing_s/step": 2.0, "timing_s/save_checkpoint": 1.0, "response_length/mean": 70.0},
     ]
     assert bench.trained_tokens_per_s(steps, samples=64) == 64 * (50 + 70) / 4.0
+
+
+STAND_IN_DRIVER = """
+import os, sys
+sys.path.insert(0, {benchmarks!r})
+import bench_async, bench_grpo
+import verl.models.tiny_models
+
+verl.models.tiny_models.get_or_build_tiny_model = lambda *args, **kwargs: "model"
+stand_in = [sys.executable, "-c", "import time; time.sleep(600)  # the run"]
+bench_grpo.run_ours = lambda args, paths, model, run_dir: bench_grpo.run_measured(
+    "ours", stand_in, dict(os.environ), run_dir, 600.0
+)
+bench_async.main(["--steps", "4", "--modes", "sync", "--workdir", {workdir!r}])
+"""
+
+
+def test_a_sigterm_to_the_benchmark_ends_the_run_it_started(tmp_path) -> None:
+    """`timeout` (or a scheduler) ending bench_async left its run going: the run has a session of its own, which no
+    signal to the benchmark's group reaches, and only bench_grpo's main turned SIGTERM into an unwinding exit. The
+    run here is a stand-in (a sleeping Python started by bench_grpo.run_measured, as the trainer is), not a training
+    run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    from processes import wait_gone
+    from repo_files import REPO
+
+    script = tmp_path / "driver.py"
+    script.write_text(STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(tmp_path / "work")))
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    run = None
+    try:
+        deadline = time.monotonic() + 120
+        while run is None:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read()[-3000:]
+            runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
+            run = runs[0] if runs else time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(60)
+        assert wait_gone([run.pid], 10.0) == [], "the run outlived the benchmark"
+        assert code == 128 + signal.SIGTERM
+    finally:
+        driver.kill()
+        if run is not None and run.is_running():
+            os.killpg(run.pid, signal.SIGKILL)

@@ -27,6 +27,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         ("bench_sweep", "--steps"),
         ("bench_sandbox", "--workers"),
         ("bench_driver", "--prompts"),
+        ("bench_episodes", "--prompts"),
+        ("bench_async", "--repeats"),
+        ("bench_async", "--n"),
     ],
 )
 def test_a_count_below_one_is_refused_naming_the_option(script, option):

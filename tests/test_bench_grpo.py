@@ -4,6 +4,8 @@
 sampler on a dummy subprocess. No Ray, no TRL, no training run."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +102,28 @@ def test_summary_takes_medians_and_ratios(bench: ModuleType) -> None:
     assert summary["ratio_peak_rss_gb"] == pytest.approx(4.0 / 2.0)
 
 
+def test_the_report_numbers_each_sides_runs_on_their_own(bench: ModuleType, capsys: pytest.CaptureFixture) -> None:
+    """`--sides ours --repeats 2` printed both rows as ours#1 (runs were numbered as if both sides ran)."""
+
+    def run(side: str, rate: float) -> dict:
+        figures = {"side": side, "samples_per_s": rate, "startup_s": 10.0, "peak_rss_gb": 3.0, "peak_pss_gb": 2.0}
+        phases = {"step": 1.0, "generate_and_score": 0.5, "update_and_rest": 0.5} if side == "trl" else {"step": 1.0}
+        figures.update(peak_processes=9, response_length_mean=16.0, reward_mean=0.0, phase_s=phases)
+        return {**figures, "peak_rss_gb_by_process": {}, "peak_pss_gb_by_process": {}}
+
+    for runs, names in (
+        ([run("ours", 40.0), run("ours", 50.0)], ["ours#1", "ours#2"]),
+        (
+            [run("ours", 40.0), run("trl", 20.0), run("ours", 50.0), run("trl", 30.0)],
+            ["ours#1", "trl#1", "ours#2", "trl#2"],
+        ),
+    ):
+        bench.print_report(runs, bench.summarize(runs))
+        lines = capsys.readouterr().out.splitlines()
+        table = lines[lines.index(next(line for line in lines if line.startswith("run "))) + 1 :][: len(runs)]
+        assert [line.split()[0] for line in table] == names
+
+
 def test_workload_files(bench: ModuleType, tmp_path: Path) -> None:
     rows = bench.arithmetic_rows(50, seed=3)
     assert len({row["prompt"] for row in rows}) == 50 and rows == bench.arithmetic_rows(50, seed=3)
@@ -152,6 +176,46 @@ def test_tree_rss_sampler_sums_descendants_and_ends_leftovers(bench: ModuleType)
         process.wait()
     assert sampler.end_leftovers(grace=2.0) == 1  # the orphaned child, ended
     assert not any(proc.is_running() for proc in sampler.seen.values())
+
+
+DRIVER_STAND_IN = """
+import signal, subprocess, sys, time
+
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])  # in the driver's group, as Ray's
+
+
+def stop(signum, frame):  # the step needs the daemon to finish, then the driver stops it and exits as the CLI does
+    time.sleep(0.5)
+    finished = daemon.poll() is None
+    daemon.terminate()
+    daemon.wait()
+    sys.exit(143 if finished else 1)
+
+
+signal.signal(signal.SIGTERM, stop)
+print(daemon.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def test_ending_a_run_signals_its_driver_before_its_daemons(bench: ModuleType, tmp_path: Path) -> None:
+    """A timed-out or interrupted run got SIGTERM in its whole session, which its local Ray's daemons share: they died
+    at once, and the driver could neither finish its step nor stop before the SIGKILL 30 s later. The run here is a
+    stand-in: a driver whose stop needs the daemon it started (a sleeping Python) alive."""
+    from processes import wait_gone
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", DRIVER_STAND_IN], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    daemon = int(process.stdout.readline())
+    began = time.monotonic()
+    try:
+        bench.end_session(process)
+        assert process.returncode == 143, "the daemon was gone before the driver could finish its step"
+        assert time.monotonic() - began < 20 and wait_gone([daemon]) == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def test_a_failed_run_reports_its_stderr_tail(bench: ModuleType, tmp_path: Path) -> None:

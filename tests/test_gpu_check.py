@@ -37,3 +37,50 @@ def test_a_tiny_case_runs_and_reports(check: ModuleType, tmp_path, capsys: pytes
     case = report["cases"]["packed:capped"]
     assert case["exit"] == 0 and case["figures"]["lengths"] == "capped" and case["figures"]["B"] == 4
     assert (tmp_path / "bench_packed_capped.log").is_file() and report["tests"] is None
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal of a machine without a GPU")
+def test_without_cuda_the_gpu_workloads_are_refused_in_one_line(
+    check: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a GPU the check ran tests/gpu (all skipped), then bench_actor's 0.5b workloads on the CPU, case after
+    case (each up to --timeout, 900 s), and reported their ratios as if a GPU had been checked."""
+    for argv in ([], ["--skip-tests", "--model", "1.5b"]):
+        with pytest.raises(SystemExit) as refused:
+            check.parse_args(argv)
+        assert refused.value.code == 2
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert "torch sees no CUDA device" in last and "--quick" in last
+    assert check.parse_args(["--quick"]).quick and check.parse_args(["--model", "tiny"]).model == "tiny"
+
+
+def test_a_step_that_times_out_is_ended_with_the_processes_it_started(check: ModuleType, tmp_path) -> None:
+    """A timed-out step (pytest tests/gpu, a bench_actor case) was killed alone: the processes it had started (a
+    test's Ray workers, an engine) stayed, holding the GPU through the cases after it. The step here is a stand-in, a
+    Python that starts a sleeping child and sleeps."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from processes import alive
+
+    pid_file = tmp_path / "child.pid"
+    child = "import time; time.sleep(300)"
+    step = (
+        f"import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid)); print('started', flush=True); time.sleep(300)"
+    )
+    began = time.monotonic()
+    code, output, seconds = check.run_logged([sys.executable, "-c", step], str(tmp_path / "step.log"), timeout=5.0)
+    child_pid = int(pid_file.read_text())
+    try:
+        assert code == 124 and "started" in output and seconds < 60 and time.monotonic() - began < 60
+        assert (tmp_path / "step.log").read_text() == output
+        deadline = time.monotonic() + 10
+        while alive(child_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(child_pid), "the step's child outlived its timeout"
+    finally:
+        if alive(child_pid):
+            os.kill(child_pid, signal.SIGKILL)

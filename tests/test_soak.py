@@ -39,3 +39,51 @@ def test_phase_noise_is_flat_but_a_leak_is_not(soak):
     result = soak.growth(start, leaked)
     assert result["worst_process_rss_growth_pct"] == pytest.approx(12.5)
     assert result["fds_change"] == 1
+
+
+STAND_IN_DRIVER = """
+import subprocess, sys
+sys.path.insert(0, {benchmarks!r})
+import soak
+
+popen = subprocess.Popen
+stand_in = [sys.executable, "-c", "import time; time.sleep(600)  # the run"]
+subprocess.Popen = lambda command, **kwargs: popen(stand_in, **kwargs)
+sys.exit(soak.main(["--steps", "3", "--warmup", "1", "--interval", "0.2", "--workdir", {workdir!r}]))
+"""
+
+
+def test_a_sigterm_to_the_soak_ends_the_run_it_started(tmp_path):
+    """A SIGTERM to soak.py alone (`kill`, a scheduler) left its 300-step run going without the script that watched it.
+    The run here is a stand-in (a sleeping Python in the trainer's place), not a training run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    from processes import wait_gone
+    from repo_files import REPO
+
+    workdir = tmp_path / "soak"
+    for made in (workdir / "tiny-vl" / "config.json", workdir / "data" / "train.jsonl"):  # prepare() finds them
+        made.parent.mkdir(parents=True)
+        made.write_text("{}")
+    script = tmp_path / "driver.py"
+    script.write_text(STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(workdir)))
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    run = None
+    try:
+        deadline = time.monotonic() + 120
+        while run is None:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read()[-3000:]
+            runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
+            run = runs[0] if runs else time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(90)
+        assert wait_gone([run.pid], 10.0) == [], "the run outlived the soak"
+        assert code == 128 + signal.SIGTERM
+    finally:
+        driver.kill()
+        if run is not None and run.is_running():
+            run.kill()
