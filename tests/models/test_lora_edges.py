@@ -96,3 +96,23 @@ def test_all_linear_on_a_mamba_hybrid_adapts_every_linear_layer_but_the_mixers_o
     ids = torch.tensor([[5, 17, 99, 3, 42, 7]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=1e-5)
+
+
+def test_all_linear_leaves_an_audio_tower_without_adapters(tmp_path):
+    """Gemma 4 E2B/E4B carry an audio tower that no data here reaches: all-linear gave most of its layers adapters
+    (135 of 168 on E2B's shape) that never trained. The tiny Gemma 4 has none, so one is added to its config here."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4AudioConfig
+
+    path = get_or_build_tiny_model("gemma4", str(tmp_path))
+    config = AutoConfig.from_pretrained(path)
+    config.audio_config = Gemma4AudioConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, output_proj_dims=32
+    )
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    assert any("audio_tower" in name for name, _ in model.named_modules())
+    apply_lora(model, LoraConfig(rank=4, alpha=8, vision_tower=True), True, path)
+    layers = _adapted_layers(model)
+    assert not any("audio" in name for name in layers), sorted(name for name in layers if "audio" in name)[:3]
+    assert any("vision_tower" in name for name in layers) and any("language_model" in name for name in layers)

@@ -160,8 +160,8 @@ class LoraConfig:
     alpha: int = 64
     """LoRA scaling numerator (scale = alpha / rank)."""
     target_modules: str = "all-linear"
-    """Modules that receive adapters: "all-linear" (every linear layer but the LM head, and on a Mamba hybrid such as
-    Falcon-H1 but its mixers' out_proj, which peft does not adapt) or a comma-separated list
+    """Modules that receive adapters: "all-linear" (every linear layer but the LM head and an audio tower's, which no
+    data here reaches, and on a Mamba hybrid such as Falcon-H1 but its mixers' out_proj, which peft does not adapt) or a comma-separated list
     of module names such as "q_proj,v_proj" (linear layers; not the embeddings, nor an LM head tied to them)."""
     exclude_modules: str | None = None
     """Regular expression that a module's whole name (e.g. "model.layers.0.mlp.up_proj") must match to be left

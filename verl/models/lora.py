@@ -40,6 +40,12 @@ MAMBA_OUT_PATTERN = r".*\.out_proj"
 mixers' out_proj included, then refuses that one, so the default targets failed every LoRA run of such a model."""
 
 
+AUDIO_SIDE_PATTERN = r".*(audio_tower|embed_audio).*"
+"""What `all-linear` leaves out everywhere: an audio tower and its projector (Gemma 4 E2B/E4B), which no data here
+reaches: their adapters never trained, yet took most of the adapted layers of such a model (135 of 168 on E2B's
+shape), their memory and their optimizer state."""
+
+
 def _peft_config(
     lora: LoraConfig, vision_language: bool, base_model_path: str | None, model_type: str | None = None
 ) -> Any:
@@ -53,6 +59,8 @@ def _peft_config(
         exclude = VISION_SIDE_PATTERN if exclude is None else f"(?:{exclude})|(?:{VISION_SIDE_PATTERN})"
     if targets == "all-linear" and model_type in MAMBA_MODEL_TYPES:
         exclude = MAMBA_OUT_PATTERN if exclude is None else f"(?:{exclude})|(?:{MAMBA_OUT_PATTERN})"
+    if targets == "all-linear":
+        exclude = AUDIO_SIDE_PATTERN if exclude is None else f"(?:{exclude})|(?:{AUDIO_SIDE_PATTERN})"
     return PeftLoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
