@@ -976,7 +976,7 @@ def test_the_scan_reads_rows_in_chunks_and_forks_a_worker_per_core_for_large_dat
     tmp_path, text_tokenizer, monkeypatch
 ):
     """Measuring every prompt at start took 43 s for 200,000 rows in one process (one worker was the default):
-    unset, data.filter_overlong_prompts_workers forks one per usable core (at most 16) from 10,000 rows; rows are
+    unset, data.filter_overlong_prompts_workers forks one per 10,000 rows, up to the usable cores and 16; rows are
     read a chunk at a time. Every way of scanning finds the same rows, lengths and bad rows."""
     from verl.data import dataset as dataset_module
     from verl.data import row_scan

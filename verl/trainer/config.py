@@ -161,8 +161,8 @@ class DataConfig:
     """Drop prompts longer than max_prompt_length (image tokens counted) and log how many; off rejects them."""
     filter_overlong_prompts_workers: int | None = None
     """Processes that check and measure every prompt at start (render and tokenize each row: bad rows are found, long
-    ones filtered), ~0.2 ms a row each. Unset (null): one per CPU core this process may use, at most 16, for a file
-    of 10,000 rows or more (one below: forking costs more than it saves)."""
+    ones filtered), ~0.2 ms a row each. Unset (null): one per 10,000 rows, up to the CPU cores this process may use and
+    16 (one below 20,000 rows: forking costs more than it saves)."""
     dataloader_num_workers: int | None = None
     """Processes that read, decode and tokenize the next training batches (images included) while a step runs; 0
     does it in the driver process, between steps. Unset (null): 2 when the data has an image or video column (decoding
