@@ -345,4 +345,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(bench_grpo.exit_status(main()))

@@ -988,6 +988,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
+def exit_status(report: dict[str, Any]) -> int:
+    """The benchmark's exit code: 1 where a run or the setup failed (the report's `error`, also in its JSON line), so
+    a script or scheduler running it sees the failure; else 0."""
+    return 1 if report.get("error") else 0
+
+
 def _rounded(value: Any) -> Any:
     if isinstance(value, float):
         return float(f"{value:.4g}")
@@ -1000,4 +1006,4 @@ def _rounded(value: Any) -> Any:
 
 if __name__ == "__main__":
     sys.path.insert(0, REPO)
-    main()
+    sys.exit(exit_status(main()))

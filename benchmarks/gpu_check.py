@@ -131,5 +131,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
+def exit_status(report: dict[str, Any]) -> int:
+    """1 where tests/gpu failed or a case did not finish (its exit code in the report), else 0: a script running the
+    check sees the failure, not only its JSON line."""
+    tests = report.get("tests")
+    failed = tests is not None and tests["exit"] != 0
+    return 1 if failed or any(case["exit"] != 0 for case in report["cases"].values()) else 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main()))

@@ -100,6 +100,8 @@ def test_summary_takes_medians_and_ratios(bench: ModuleType) -> None:
     assert summary["ratio_samples_per_s"] == pytest.approx(50.0 / 20.0)
     assert summary["ratio_startup_s"] == pytest.approx(11.0 / 5.0)
     assert summary["ratio_peak_rss_gb"] == pytest.approx(4.0 / 2.0)
+    # the script exits 1 when a run failed (its JSON line's error), 0 otherwise
+    assert bench.exit_status({"error": "trl: exited with 1"}) == 1 and bench.exit_status({"error": None}) == 0
 
 
 def test_the_report_numbers_each_sides_runs_on_their_own(bench: ModuleType, capsys: pytest.CaptureFixture) -> None:

@@ -37,6 +37,9 @@ def test_a_tiny_case_runs_and_reports(check: ModuleType, tmp_path, capsys: pytes
     case = report["cases"]["packed:capped"]
     assert case["exit"] == 0 and case["figures"]["lengths"] == "capped" and case["figures"]["B"] == 4
     assert (tmp_path / "bench_packed_capped.log").is_file() and report["tests"] is None
+    assert check.exit_status(report) == 0  # the script's exit code; a failed case or test run makes it 1
+    assert check.exit_status({**report, "tests": {"exit": 1, "summary": "1 failed", "seconds": 1.0}}) == 1
+    assert check.exit_status({"tests": None, "cases": {"packed:full": {"exit": 124}}}) == 1
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal of a machine without a GPU")
