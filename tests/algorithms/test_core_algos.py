@@ -11,6 +11,7 @@ import torch
 from verl.algorithms.core_algos import (
     agg_loss,
     compute_entropy_loss,
+    compute_gae_advantage_return,
     compute_policy_loss,
     compute_value_loss,
     default_loss_avg_mode,
@@ -504,6 +505,26 @@ def test_explained_variance() -> None:
     residual = torch.tensor([[0.5, -0.5, 0.5, -0.5, 0.0]])
     assert explained_variance(returns, returns + residual, mask) == pytest.approx(1 - 0.25 / 1.25)
     assert math.isnan(explained_variance(torch.ones(1, 3), torch.zeros(1, 3), torch.ones(1, 3)))
+
+
+@pytest.mark.parametrize("length", [8, 1024])
+def test_explained_variance_of_a_step_without_rewards_is_left_out(length: int) -> None:
+    """GAE's returns A + V of a step whose rewards are all 0 (a hard batch, the KL in the loss) are 0 up to float32
+    rounding; that residue is no variation of the returns: a PPO run with the critic logged
+    critic/vf_explained_var = -1.4e14 there. Returns that do vary a little are still measured."""
+    generator = torch.Generator().manual_seed(0)
+    mask = torch.ones(16, length)
+    mask[::3, length // 2 :] = 0
+    values = torch.randn(16, length, generator=generator) * 3 * mask
+    _, returns = compute_gae_advantage_return(torch.zeros(16, length), values, mask)
+    assert 0 < returns.abs().max() < 1e-4  # the rounding residue
+    assert math.isnan(explained_variance(returns, values, mask))
+    rewards = torch.zeros(16, length)
+    rewards[1, -1] = 1.0  # one response solved: its tokens' returns are 1
+    _, returns = compute_gae_advantage_return(rewards, values, mask)
+    residual, kept = (returns - values)[mask.bool()], returns[mask.bool()]
+    expected = 1 - residual.var(unbiased=False) / kept.var(unbiased=False)
+    assert explained_variance(returns, values, mask) == pytest.approx(expected.item(), rel=1e-4)
 
 
 # ---------------------------------------------------------------- online filtering

@@ -155,10 +155,15 @@ def compute_value_loss(
 
 @torch.no_grad()
 def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var[R - V] / Var[R] over the masked tokens; NaN when the returns do not vary (a logger then shows a gap)."""
+    """1 - Var[R - V] / Var[R] over the masked tokens; NaN when the returns do not vary (a logger then shows a gap).
+    GAE's returns A + V of a step without rewards are 0 only up to float32 rounding (at most about eps x response
+    length x |V|): a spread within that is no variation (divided by it, the metric was -1e14)."""
     returns, values = returns.float(), values.float()
     var_returns = masked_var(returns, mask, unbiased=False).item()
-    if var_returns == 0.0:
+    tokens = mask.bool()
+    scale = torch.cat([returns[tokens], values[tokens]]).abs().max().item()
+    rounding = torch.finfo(torch.float32).eps * mask.shape[-1] * scale
+    if var_returns <= rounding**2:
         return float("nan")
     return 1.0 - masked_var(returns - values, mask, unbiased=False).item() / var_returns
 
