@@ -13,7 +13,7 @@ import time
 from collections import Counter
 
 import pytest
-from processes import descendant_named, start_run_in_a_group
+from processes import descendant_named, start_run_in_a_group, wait_gone
 
 from tests.model_folders import config_only_model
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -355,32 +355,47 @@ def test_sighup_is_handled_like_sigterm_in_the_fit_loop():
 
 
 # The run's start, faked after the config is loaded: Ray starts as the trainer starts it, then the signal comes
-# (as it would while the engines start), then a long wait that the signal must cut short.
+# (as it would while the engines start), then a long wait that the signal must cut short: a sleep, or (a stand-in
+# for the workers' and engines' start, which the driver waits for in ray.wait) a real ray.wait on a task of a minute.
 START_THEN_SIGNAL = """
-import os, signal, sys, time
+import os, signal, sys, threading, time
 import psutil
+import ray
 from verl.trainer import runner
 from verl.trainer.ray_setup import start_ray
+
+def a_minute():
+    time.sleep(60)
 
 def starting(config, *args):
     start_ray("cpu", 1, 300.0)
     raylet = [p for p in psutil.Process().children(recursive=True) if "raylet" in p.name()][0]
     ignored = int(open(f"/proc/{raylet.pid}/status").read().split("SigIgn:")[1].split()[0], 16)
     print("raylet ignores SIGHUP:", bool(ignored & (1 << (signal.SIGHUP - 1))), flush=True)
+    print("raylet:", raylet.pid, flush=True)
+    signum = getattr(signal, sys.argv[1])
+    if sys.argv[2] == "ray.wait":
+        slow = ray.remote(a_minute).remote()
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signum)).start()  # while the driver waits in Ray
+        print("signalled at:", time.monotonic() + 1.0, flush=True)
+        ray.wait([slow])
+        return
     print("signalled at:", time.monotonic(), flush=True)  # (the clock is the machine's, the same in the test)
-    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    os.kill(os.getpid(), signum)
     time.sleep(600)
 
 runner._train = starting
 from verl.trainer.main import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
-def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_path, name):
+@pytest.mark.parametrize(("name", "waiting_in"), [("SIGTERM", "sleep"), ("SIGHUP", "sleep"), ("SIGTERM", "ray.wait")])
+def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_path, name, waiting_in):
     """SIGTERM while the engines started ended with exit -6 and Ray's C++ stack dump (ray.init's own SIGTERM handler
-    killed its daemons under the driver); SIGHUP killed the driver silently."""
+    killed its daemons under the driver); SIGHUP killed the driver silently. A signal while the driver waited in
+    ray.wait (the workers' start) printed the message, then a traceback of "SystemError: <cyfunction
+    CoreWorker.wait ...> returned a result with an exception set" (Ray lets only a KeyboardInterrupt through)."""
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
     config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
@@ -396,11 +411,17 @@ def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_pat
     ]
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     result = subprocess.run(
-        [sys.executable, "-c", START_THEN_SIGNAL, name, *args], capture_output=True, text=True, env=env, timeout=240
+        [sys.executable, "-c", START_THEN_SIGNAL, name, waiting_in, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
     )
     signum = getattr(signal, name)
     assert result.returncode == 128 + signum, result.stderr[-3000:]
     assert f"Stopped by {name} outside the training loop" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert not wait_gone([int(result.stdout.split("raylet:")[1].split()[0])], timeout=30)  # the run's Ray ended
     assert "raylet ignores SIGHUP: True" in result.stdout
     assert "SIGABRT" not in result.stderr and "*** " not in result.stderr  # no C++ stack dump
     signalled = float(result.stdout.split("signalled at:")[1].split()[0])

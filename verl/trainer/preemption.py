@@ -83,6 +83,14 @@ class TrainingInterrupted(BaseException):
         return f"{self.stopped}\n{resume_hint(save_root, find_last, explicit)}"
 
 
+class _StoppedOutsideTheFitLoop(TrainingInterrupted, KeyboardInterrupt):
+    """What `RunSignals` raises: a KeyboardInterrupt too, so that the signal raised inside a blocking Ray call
+    (ray.get / ray.wait while the workers or engines start) ends that call as Ctrl-C does. Ray lets no other
+    exception through its signal check: the call failed with "SystemError: <cyfunction CoreWorker.wait ...> returned
+    a result with an exception set", a traceback after the stop's message. Ray raises a KeyboardInterrupt of its own
+    there, which `RunSignals.installed` turns back into this stop."""
+
+
 @dataclass
 class RunState:
     """What this process knows of its run's stop, for the paths that are not the signal handler (Ray's daemons
@@ -295,6 +303,8 @@ class RunSignals:
 
     def __init__(self) -> None:
         self.is_stopping = False
+        self.interrupted: TrainingInterrupted | None = None
+        """The stop the handler raised (Ray's blocking calls replace it with a KeyboardInterrupt of their own)."""
 
     def stopping(self) -> None:
         self.is_stopping = True
@@ -306,7 +316,8 @@ class RunSignals:
             os._exit(128 + signum)
         self.is_stopping = True
         _run.signal(signum, in_a_step=False)  # (outside the fit loop: starting, validating first, finishing)
-        raise TrainingInterrupted(signum, None, None)
+        self.interrupted = _StoppedOutsideTheFitLoop(signum, None, None)
+        raise self.interrupted
 
     @contextmanager
     def installed(self) -> Iterator["RunSignals"]:
@@ -317,6 +328,11 @@ class RunSignals:
             except TrainingInterrupted:
                 forget_stops()  # stopped, its teardown done: the timers armed for it go
                 raise
+            except KeyboardInterrupt:
+                if self.interrupted is None:
+                    raise
+                forget_stops()
+                raise self.interrupted from None  # the stop a blocking Ray call replaced with its own
         forget_stops()
 
 
