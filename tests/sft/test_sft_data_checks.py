@@ -354,6 +354,27 @@ def test_an_earlier_turn_that_holds_only_thinking_is_refused_where_qwen3_drops_i
     assert len(SFTDataset([{"messages": last}], qwen3, None, data_config())) == 1  # the last turn keeps its thinking
 
 
+def test_the_last_turns_reasoning_content_is_refused_where_the_template_drops_it(tokenizer):
+    """TRL's and Qwen3's `reasoning_content` beside an answer: a template that reads none (Qwen2.5's) drops it, so the
+    model was trained on the answer alone without a word; one that writes it learns it with the answer."""
+    import copy
+
+    messages = [
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "Two twos"},
+    ]
+    with pytest.raises(SFTDataError, match=r"row 0, key 'messages': message 1 has reasoning_content, which the chat"):
+        SFTDataset([{"messages": messages}], tokenizer, None, data_config())
+    thinking = copy.deepcopy(tokenizer)
+    thinking.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['reasoning_content'] is defined and loop.last %}"
+        "<think>\n{{ m['reasoning_content'] }}\n</think>\n\n{% endif %}{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    example = SFTDataset([{"messages": messages}], thinking, None, data_config()).encode(0)
+    assert learned_spans(thinking, example) == ["<think>\nTwo twos\n</think>\n\n4<|im_end|>"]
+
+
 QWEN35_LIKE = (  # Qwen3.5's template, small: an empty thinking block in each assistant turn after the last user
     # query, calls as XML, tool results as a user turn, a non-thinking generation prompt that opens and closes one
     "{% set query = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}"

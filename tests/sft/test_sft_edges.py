@@ -177,3 +177,20 @@ def test_an_error_names_the_message_as_the_row_numbers_it_beside_its_system_colu
     """The `system` column's message goes first: an error still counts the row's own messages."""
     row = {"messages": _turns("2 + 2?", "\nThe answer is 4"), "system": "Be brief."}  # "\n" + "\n" merge
     _refused([row], tokenizer, "row 0, key 'messages': message 1 tokenizes differently alone than inside")
+
+
+def test_trls_vision_rows_whose_image_parts_carry_an_index_are_read(models, image_dir):
+    """HuggingFaceH4/llava-instruct-mix-vsft's layout (TRL's vision SFT data, as `datasets` reads it): every part has
+    `index`, `text` and `type`, an image part `{"index": 0, "text": None, "type": "image"}`, which is a placeholder for
+    the images column, not a part holding its picture (refused as one before)."""
+    image = Image.open(f"{image_dir}/a.png")
+    user = [{"index": 0, "text": None, "type": "image"}, {"index": None, "text": "Who drew this?", "type": "text"}]
+    answer = [{"index": None, "text": "A child.", "type": "text"}]
+    row = {
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}],
+        "images": [image],
+    }
+    dataset, processor = _vl(models, image_dir, [row])
+    example = dataset.encode(0)
+    assert len(example["images"]) == 1 and processor.image_token_id in example["input_ids"]
+    assert learned_spans(processor.tokenizer, example) == ["A child.<|im_end|>"]

@@ -51,8 +51,9 @@ def content_parts(text: str, markers: Collection[str]) -> list[dict[str, Any]]:
 def marker_text(content: Any) -> Any:
     """A message's content given as typed parts (Hugging Face's and TRL's chat layout: `{"type": "text", "text":
     ...}`, `{"type": "image"}`, `{"type": "video"}`) as text with an `<image>` / `<video>` marker per placeholder, the
-    pictures coming from the row's image column as for markers; any other content is returned as it is. ValueError
-    for a part that is not one of these, or that holds its picture itself."""
+    pictures coming from the row's image column as for markers; a placeholder's `index` (TRL's vision data, as
+    HuggingFaceH4/llava-instruct-mix-vsft: the picture's place in that column) is no picture. Any other content is
+    returned as it is. ValueError for a part that is not one of these, or that holds its picture itself."""
     if not isinstance(content, (list, tuple)):
         return content
     pieces = []
@@ -60,7 +61,7 @@ def marker_text(content: Any) -> Any:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
             pieces.append(part["text"])
-        elif kind in ("image", "video") and not set(part) - {"type"}:
+        elif kind in ("image", "video") and not set(part) - {"type", "index"}:
             pieces.append(f"<{kind}>")
         elif kind in ("image", "video", "image_url", "video_url"):
             media = kind.removesuffix("_url")

@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
 IMAGE_MARKER = "<image>"
+REASONING_KEYS = ("reasoning_content", "reasoning")
+"""An assistant message's reasoning apart from its content (TRL's and Qwen3's `reasoning_content`, vLLM's
+`reasoning`): the last turn's must be in what the chat template renders, or it would not be learned."""
 _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
 _NO_VIDEOS = (
     "videos are not supported in fine-tuning, only images (the model would see neither the video nor anything but a "
@@ -358,8 +361,10 @@ class SFTDataset(torch.utils.data.Dataset):
     def _check_rendered_turns(self, index: int, conversation: Conversation, full_text: str) -> None:
         """Refuse a learned assistant turn that the chat template renders empty though its content is not: Qwen3
         drops the thinking block of every turn but the last, so an earlier turn holding only thinking would be
-        learned as an empty answer. Read off the whole conversation's text as `encode` masks it (`_turn_in_context`),
-        with no other rendering; a template whose turns cannot be told apart there (GLM's) is not checked."""
+        learned as an empty answer; and a last turn rendered without its content or reasoning (REASONING_KEYS), which
+        a template that reads none drops. Read off the whole conversation's text as `encode` masks it
+        (`_turn_in_context`), with no other rendering; a template whose turns cannot be told apart there (GLM's) is
+        not checked."""
         messages = conversation.messages
         assistants = [turn for turn, message in enumerate(messages) if message["role"] == "assistant"]
         closing = (self._turn_parts or ("", ""))[1]
@@ -386,6 +391,17 @@ class SFTDataset(torch.utils.data.Dataset):
                     "keeps it (data.override_chat_template)"
                 )
                 raise self._error(index, self.rows_key, problem)
+            for name in REASONING_KEYS if last else ():
+                reasoning = messages[turn].get(name)
+                if isinstance(reasoning, str) and "".join(reasoning.split()) not in "".join(rendered.split()):
+                    key, number = self._place(conversation, turn)
+                    problem = (
+                        f"message {number} has {name}, which the chat template does not write in the last assistant "
+                        "turn (Qwen2.5's and Llama's read no reasoning), so the model would not learn it; give a "
+                        "template that renders it (data.override_chat_template), or write the reasoning into the "
+                        "content as the model should produce it (<think>...</think> before the answer)"
+                    )
+                    raise self._error(index, key, problem)
 
     def _appends_eos(self, ids: list[int]) -> bool:
         """Whether `encode` appends the end-of-sequence token to this rendering: a template that leaves the last turn
