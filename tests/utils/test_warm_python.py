@@ -125,6 +125,35 @@ def test_without_its_server_the_launcher_runs_the_script_itself(warm, tmp_path):
     assert result.returncode == 0 and json.loads(result.stdout)["argv"] == ["script.py", "z"]
 
 
+def test_a_server_that_drops_the_request_unread_leaves_the_launcher_to_run_the_script(tmp_path):
+    """A server ended as its run stops (a signal while the workers start) closes a request it has not read: the
+    launcher's read of the child's pid failed with ConnectionResetError, a traceback the raylet printed into the run's
+    output. As for a server that closed after reading it, nothing ran: the launcher runs the script itself. The server
+    here is a stand-in: a socket that takes the request and closes unread."""
+    import socket
+    import threading
+
+    (tmp_path / "script.py").write_text(SCRIPT)
+    address = str(tmp_path / "server.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(address)
+    server.listen(1)
+
+    def drop_unread() -> None:
+        connection, _ = server.accept()
+        connection.recv(1, socket.MSG_PEEK)  # the request has come
+        connection.close()  # unread: the launcher's next read is reset
+
+    thread = threading.Thread(target=drop_unread, daemon=True)
+    thread.start()
+    command = [sys.executable, "-S", LAUNCHER, address, "script.py", "z"]
+    result = subprocess.run(command, input="", capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    thread.join(10)
+    server.close()
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0 and json.loads(result.stdout)["argv"] == ["script.py", "z"]
+
+
 def test_forks_of_one_server_draw_their_own_random_numbers(warm, tmp_path):
     """As fresh processes do: numpy's global generator (imported by the server) and Python's `random`."""
     (tmp_path / "draw.py").write_text(

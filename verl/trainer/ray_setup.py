@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psutil
 import ray
@@ -153,7 +154,8 @@ def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = 
     if address is not None:
         _check_answers(address)
         try:
-            ray.init(address=address, runtime_env=runtime_env)
+            with _sigterm_while_ray_starts(previous):
+                ray.init(address=address, runtime_env=runtime_env)
         except ConnectionError as error:  # a token the cluster refuses (InvalidAuthToken) after 20 s of retries
             raise SetupError(
                 f"Could not join the Ray cluster at RAY_ADDRESS={address}: {str(error).strip()[:300]}. A cluster "
@@ -162,7 +164,24 @@ def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = 
             ) from None
         restore_sigterm()
     else:
-        _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s, restore_sigterm)
+        with _sigterm_while_ray_starts(previous):
+            _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s, restore_sigterm)
+
+
+@contextmanager
+def _sigterm_while_ray_starts(previous: Any) -> Iterator[None]:
+    """ray.init's own SIGTERM handler, in place while Ray starts (seconds, tens under load), exits with
+    `sys.exit(15)`: a SIGTERM then ended the run with exit 15 and no message. That exit becomes the stop of the
+    handler the caller installed (`previous`, the runner's RunSignals: its one line, exit 143)."""
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM or not callable(previous):
+            raise
+        if _main_thread():
+            signal.signal(signal.SIGTERM, previous)
+        previous(signal.SIGTERM, None)  # raises the run's stop
+        raise
 
 
 CONNECT_CHECK_S = 10.0

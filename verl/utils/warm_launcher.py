@@ -38,9 +38,12 @@ def main() -> None:
         _plain(script_and_args)
     request = {"argv": script_and_args, "env": dict(os.environ), "cwd": os.getcwd(), "nice": os.nice(0)}
     request = json.dumps(request).encode()
-    socket.send_fds(connection, [struct.pack("!I", len(request))], [0, 1, 2])
-    connection.sendall(request)
-    pid = _read_int(connection)
+    try:
+        socket.send_fds(connection, [struct.pack("!I", len(request))], [0, 1, 2])
+        connection.sendall(request)
+        pid = _read_int(connection)
+    except OSError:  # the server went away with the request unread (ended as its run stops): a traceback before
+        pid = None
     if pid is None:  # the server could not start the child: nothing ran yet
         connection.close()
         _plain(script_and_args)
@@ -56,7 +59,10 @@ def main() -> None:
 
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(number, forward)
-    code = _read_int(connection)
+    try:
+        code = _read_int(connection)
+    except OSError:  # the server went away: as a close
+        code = None
     if code is None:  # the child ended without a status: a signal killed it (the one passed on, if any)
         code = 128 + forwarded[0]
     sys.exit(code)
