@@ -549,11 +549,15 @@ def test_ppo_with_critic_gae(workspace):
         "critic/vf_loss",
         "critic/vf_clipfrac",
         "critic/values/mean",
-        "critic/vf_explained_var",
         "timing_s/values",
         "timing_s/update_critic",
     ):
         assert key in steps[-1], key
+    # no KL in the reward: returns vary only where the scores do (the tiny model's responses here all score 0, and
+    # the metric was then -1e14, GAE's float32 rounding divided by itself)
+    for row in steps:
+        varies = row["critic/score/max"] > row["critic/score/min"]
+        assert ("critic/vf_explained_var" in row) == varies, row.get("critic/vf_explained_var")
     assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert os.path.isdir(workspace["root"] / "ppo_gae" / "global_step_2" / "critic")
     target = workspace["root"] / "merged_llama"
