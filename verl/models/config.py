@@ -285,8 +285,6 @@ class ModelConfig:
                 f"of {key}='{self.model_path}' has, and they get no adapters unless {prefix}lora.vision_tower=true: "
                 "set it, or leave those names out."
             )
-        if self.lora.rank > 0 and (targets != "all-linear" or self.lora.exclude_modules is not None):
-            self._check_lora_injection(prefix)
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 
@@ -312,27 +310,6 @@ class ModelConfig:
                         "would start random (a model that outputs noise, in the actor and the engine alike). Keep the "
                         "head tied, or untie it in a copy of the model whose lm_head.weight is the embeddings'."
                     )
-
-    def _check_lora_injection(self, prefix: str) -> None:
-        """lora.target_modules must name layers peft adapts (a norm layer has weights too), and lora.exclude_modules
-        (a regular expression over module names, which the weight names do not always give) must leave an adapter on
-        every one of them: the adapters are injected into the model built on the meta device (no weights read), as
-        the workers inject them; peft's refusals ("All modules were excluded", "Target module Qwen2RMSNorm() is not
-        supported") came from every worker after Ray had started."""
-        from verl.models.loading import build_model
-        from verl.models.lora import apply_lora
-        from verl.models.structure import get_vision_tower
-
-        try:
-            model = build_model(self, device="meta")
-        except Exception:  # a config transformers cannot build here: the workers say what is wrong with it
-            return
-        try:
-            apply_lora(model, self.lora, get_vision_tower(model) is not None, self.model_path, f"{prefix}lora")
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
-        except NotImplementedError:  # adapters on fused experts: the sections' mixture-of-experts check says it next
-            return
 
 
 def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:

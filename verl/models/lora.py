@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.models.config import FUSED_EXPERTS_LORA, VISION_SIDE_PATTERN, LoraConfig, unmatched_names
+from verl.models.config import FUSED_EXPERTS_LORA, VISION_SIDE_PATTERN, LoraConfig, ModelConfig, unmatched_names
+from verl.utils.config import ConfigError
 
 
 ADAPTER_NAME = "default"
@@ -70,6 +71,33 @@ def _peft_config(
         bias="none",
         base_model_name_or_path=base_model_path,
     )
+
+
+def check_lora_injection(model: ModelConfig, prefix: str) -> None:
+    """Before any worker starts: `model.lora.target_modules` must name layers peft adapts (a norm layer has weights
+    too), and its exclude_modules (a regular expression over module names, which the weight names do not always give)
+    must leave an adapter on every one of them. The adapters are injected into the local model built on the meta
+    device (no weights read), as the workers inject them: peft's refusals ("All modules were excluded", "Target module
+    Qwen2RMSNorm() is not supported") came from every worker after Ray had started. `all-linear` without exclusions
+    and hub ids are left to the workers."""
+    lora = model.lora
+    if lora.rank <= 0 or (lora.target_modules == "all-linear" and lora.exclude_modules is None):
+        return
+    if not os.path.isdir(model.model_path or ""):
+        return
+    from verl.models.loading import build_model
+    from verl.models.structure import get_vision_tower
+
+    try:
+        built = build_model(model, device="meta")
+    except Exception:  # a config transformers cannot build here: the workers say what is wrong with it
+        return
+    try:
+        apply_lora(built, lora, get_vision_tower(built) is not None, model.model_path, f"{prefix}lora")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    except NotImplementedError:  # adapters on fused experts: the sections' mixture-of-experts checks say it
+        return
 
 
 def apply_lora(

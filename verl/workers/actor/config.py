@@ -203,3 +203,6 @@ class ActorConfig:
             raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
         self.model.check_files(f"{prefix}model.")
         refuse_mixture_of_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora)
+        from verl.models.lora import check_lora_injection  # torch and peft: imported on first use
+
+        check_lora_injection(self.model, f"{prefix}model.")
