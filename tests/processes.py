@@ -64,3 +64,31 @@ def start_run_in_a_group(command: list[str], env: dict[str, str], cwd: str, log,
 def _complete_lines(path) -> list[str]:
     """The lines of a file another process appends to, without a last one it is still writing."""
     return [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
+def sigterm_ends_its_run(script, cwd, wait_s: float) -> None:
+    """Start `script` (a benchmark driving a stand-in run whose command line holds "# the run"), send it SIGTERM once
+    its run has started, and assert that it exits with 128 + SIGTERM and its run is gone with it."""
+    import signal
+    import sys
+
+    import psutil
+
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=cwd, stderr=subprocess.PIPE, text=True)
+    run = None
+    try:
+        deadline = time.monotonic() + 120
+        while run is None:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read()[-3000:]
+            runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
+            run = runs[0] if runs else time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(wait_s)
+        assert wait_gone([run.pid], 10.0) == [], "the run outlived the script that started it"
+        assert code == 128 + signal.SIGTERM
+    finally:
+        driver.kill()
+        if run is not None and run.is_running():
+            with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                os.killpg(run.pid, signal.SIGKILL)
+                run.kill()

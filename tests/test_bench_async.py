@@ -109,31 +109,9 @@ def test_a_sigterm_to_the_benchmark_ends_the_run_it_started(tmp_path) -> None:
     signal to the benchmark's group reaches, and only bench_grpo's main turned SIGTERM into an unwinding exit. The
     run here is a stand-in (a sleeping Python started by bench_grpo.run_measured, as the trainer is), not a training
     run."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-    from processes import wait_gone
+    from processes import sigterm_ends_its_run
     from repo_files import REPO
 
     script = tmp_path / "driver.py"
     script.write_text(STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(tmp_path / "work")))
-    driver = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stderr=subprocess.PIPE, text=True)
-    run = None
-    try:
-        deadline = time.monotonic() + 120
-        while run is None:
-            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read()[-3000:]
-            runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
-            run = runs[0] if runs else time.sleep(0.2)
-        driver.send_signal(signal.SIGTERM)
-        code = driver.wait(60)
-        assert wait_gone([run.pid], 10.0) == [], "the run outlived the benchmark"
-        assert code == 128 + signal.SIGTERM
-    finally:
-        driver.kill()
-        if run is not None and run.is_running():
-            os.killpg(run.pid, signal.SIGKILL)
+    sigterm_ends_its_run(script, REPO, 60)

@@ -56,13 +56,7 @@ sys.exit(soak.main(["--steps", "3", "--warmup", "1", "--interval", "0.2", "--wor
 def test_a_sigterm_to_the_soak_ends_the_run_it_started(tmp_path):
     """A SIGTERM to soak.py alone (`kill`, a scheduler) left its 300-step run going without the script that watched it.
     The run here is a stand-in (a sleeping Python in the trainer's place), not a training run."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-    from processes import wait_gone
+    from processes import sigterm_ends_its_run
     from repo_files import REPO
 
     workdir = tmp_path / "soak"
@@ -71,19 +65,4 @@ def test_a_sigterm_to_the_soak_ends_the_run_it_started(tmp_path):
         made.write_text("{}")
     script = tmp_path / "driver.py"
     script.write_text(STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(workdir)))
-    driver = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stderr=subprocess.PIPE, text=True)
-    run = None
-    try:
-        deadline = time.monotonic() + 120
-        while run is None:
-            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read()[-3000:]
-            runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
-            run = runs[0] if runs else time.sleep(0.2)
-        driver.send_signal(signal.SIGTERM)
-        code = driver.wait(90)
-        assert wait_gone([run.pid], 10.0) == [], "the run outlived the soak"
-        assert code == 128 + signal.SIGTERM
-    finally:
-        driver.kill()
-        if run is not None and run.is_running():
-            run.kill()
+    sigterm_ends_its_run(script, REPO, 90)
