@@ -731,7 +731,9 @@ def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_
         **PIXELS,
     )
     if kind == "gemma4":  # refused when the row is read, naming the row and the key
-        with pytest.raises(DatasetRowError, match="key 'videos': videos are supported for the Qwen-VL family only"):
+        with pytest.raises(
+            DatasetRowError, match="key 'videos': videos are supported for the Qwen-VL and GLM-V families only"
+        ):
             make()[0]
         return
     dataset = make()
