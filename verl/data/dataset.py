@@ -649,7 +649,9 @@ class RLHFDataset(Dataset):
             raise self._error(index, key, f"the processor refused the row's media: {error}") from None
         if videos and inputs.get("video_grid_thw") is None:
             processor = type(self.processor).__name__
-            problem = f"videos are supported for the Qwen-VL and GLM-V families only (video grids), not with {processor}"
+            problem = (
+                f"videos are supported for the Qwen-VL and GLM-V families only (video grids), not with {processor}"
+            )
             raise self._error(index, self.video_key, problem)
         encoded = {"input_ids": inputs["input_ids"][0], "attention_mask": inputs["attention_mask"][0]}
         for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
