@@ -71,6 +71,14 @@ def test_answers_that_are_numbers_are_their_text(tmp_path):
         script.read_pairs(str(path))
 
 
+def _refused_in_one_line(args: list[str]) -> str:
+    """Run the script on the CPU at --max-length 64; it must exit 2 without a traceback: its last line of stderr."""
+    command = [sys.executable, SCRIPT, *args, "--device", "cpu", "--max-length", "64"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return proc.stderr.strip().splitlines()[-1]
+
+
 def test_a_vision_language_model_is_one_line_not_a_traceback(tmp_path):
     """Journey: pairs -> `scripts/train_reward_model.py --init-from-lm` -> worker.reward.model, started from the model a
     user has at hand after the README's VLM journey (the quickstart's Qwen2.5-VL warm start). Reward models of
@@ -98,18 +106,8 @@ def test_a_vision_language_model_is_one_line_not_a_traceback(tmp_path):
         "--output",
         str(tmp_path / "rm"),
     ]
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, *args, "--device", "cpu", "--max-length", "64"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert (
-        proc.stderr.strip()
-        .splitlines()[-1]
-        .startswith(f"train_reward_model: Reward model '{model}' is a 'qwen2_5_vl' vision-language model")
-    ), proc.stderr
+    last_line = _refused_in_one_line(args)
+    assert last_line.startswith(f"train_reward_model: Reward model '{model}' is a 'qwen2_5_vl' vision-language model")
 
 
 def test_a_max_length_past_learned_positions_is_one_line_not_an_index_error(tmp_path):
@@ -128,14 +126,8 @@ def test_a_max_length_past_learned_positions_is_one_line_not_an_index_error(tmp_
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(json.dumps({"prompt": "What is 2 + 2? " * 8, "chosen": "4 " * 10, "rejected": "5"}) + "\n")
     args = ["--model", model, "--init-from-lm", "--train", str(pairs), "--output", str(tmp_path / "rm")]
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, *args, "--device", "cpu", "--max-length", "64"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1] == (
+    last_line = _refused_in_one_line(args)
+    assert last_line == (
         f"train_reward_model: --max-length 64 is longer than the 32 positions --model '{model}' has (n_positions, "
         "learned): its forward would fail on a longer conversation; give --max-length 32 (conversations keep their "
         "last tokens)."
