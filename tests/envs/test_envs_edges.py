@@ -157,6 +157,111 @@ def test_a_format_for_a_requests_tools_types_the_arguments_by_their_schemas_and_
     assert HERMES.for_tools(schemas) is HERMES
 
 
+XML_CALLS = {
+    "qwen3_coder": "<tool_call>\n<function=echo>\n<parameter=text>\n{}\n</parameter>\n</function>\n</tool_call>",
+    "glm45": "<tool_call>echo\n<arg_key>text</arg_key>\n<arg_value>{}</arg_value>\n</tool_call>",
+}
+"""A call of `echo` (its text to fill in) as Qwen3.5's and GLM-4.5's templates write one."""
+
+
+def _xml_envs():
+    """(a ToolEnv of `echo` reading calls in the format, the call as written) for Qwen3.5's and GLM-4.5's formats."""
+    from tests.envs.test_envs import GLM45_CALLS, QWEN35_CALLS, _with_calls
+
+    for calls, parser in [(QWEN35_CALLS, "qwen3_coder"), (GLM45_CALLS, "glm45")]:
+        tokenizer = build_tokenizer(kind="qwen3")
+        tokenizer.chat_template = _with_calls(calls)
+        env = ToolEnv(tools=[echo])
+        env.tool_format = tool_call_format(tokenizer, env.tool_schemas())
+        assert env.tool_format.parser == parser
+        yield env, XML_CALLS[parser]
+
+
+def test_a_think_tag_inside_an_xml_formats_call_is_the_calls_text():
+    """Qwen3.5's and GLM-4.5's formats, read by vLLM's parsers: a "</think>" or "<think>" inside a call's argument
+    (code that prints it) is the call's text, as in a Hermes block; it was taken for the end (or start) of reasoning,
+    the call with it, so the call was not made and the episode ended as if the model had answered. A bare opening
+    the reasoning mentions does not hide its end either."""
+    for env, written in _xml_envs():
+        state = env.reset({})
+        for text in ("print('</think>')", "a <think> b", "<think>x</think>"):
+            for before in ("", "<think>plan</think>", "plan</think>"):
+                step = env.step(state, before + written.format(text))
+                assert (step.done, step.tool_errors, step.messages) == (False, 0, [{"role": "tool", "content": text}])
+        step = env.step(state, f"<think>I write <tool_call> then</think>{written.format('two')}")
+        assert (step.tool_errors, step.messages) == (0, [{"role": "tool", "content": "two"}])
+
+
+def test_a_call_cut_by_the_turns_token_limit_in_an_xml_format_is_malformed_not_made():
+    """Qwen3.5's and GLM-4.5's formats: a final call without its `</tool_call>` (max_tokens_per_turn cut the turn
+    inside it) is reported as malformed, as a cut Hermes call is; vLLM's parsers read the arguments written so far,
+    so the tool ran with a cut argument list (one left out, or its default) as if the model had called it so."""
+    for env, written in _xml_envs():
+        state = env.reset({})
+        cut = written.format("rm -rf /tmp/x").split("</tool_call>")[0]
+        for ending in (cut, cut[: cut.index("rm")]):
+            step = env.step(state, f"{written.format('one')}\n{ending}")
+            assert (step.done, step.tool_calls, step.tool_errors) == (False, 2, 1)
+            assert step.messages[0] == {"role": "tool", "content": "one"}
+            assert step.messages[1]["content"] == (
+                "Error: the tool call after <tool_call> has no </tool_call> (the turn ended inside it)."
+            )
+            message = assistant_message(f"{written.format('one')}\n{ending}", env.tool_format)
+            assert len(message["tool_calls"]) == 1 and message["content"].endswith(ending)
+        assert env.step(state, f"<think>{cut}</think>Done.").done  # a cut draft in the reasoning is no call
+        assert (env.tool_format.marker, env.tool_format.closing) == ("<tool_call>", "</tool_call>")
+
+
+def _llama_with_calls(calls: str) -> "object":
+    """The tiny Llama 3 tokenizer (with Llama 3.1's <|python_tag|>, which vLLM's Llama parser needs) whose template
+    writes an assistant's `tool_calls` by `calls` (Jinja over `message.tool_calls`) and tool messages as `ipython`."""
+    tokenizer = build_tokenizer(kind="llama")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|python_tag|>"]})
+    header = "<|start_header_id|>{}<|end_header_id|>\n\n"
+    tokenizer.chat_template = (
+        "{{ bos_token }}{% for message in messages %}{% if message.role == 'assistant' and message.tool_calls %}"
+        + header.format("assistant") + calls + "<|eot_id|>{% elif message.role == 'tool' %}" + header.format("ipython")
+        + "{{ message.content }}<|eot_id|>{% else %}" + header.format("{{ message.role }}")
+        + "{{ message.content | trim }}<|eot_id|>{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}" + header.format("assistant") + "{% endif %}"
+    )  # fmt: skip
+    return tokenizer
+
+
+def test_pythonic_calls_after_a_role_header_are_read_in_training_and_serving():
+    """Llama 3.2's and Llama 4's templates write calls as a Python list, `[add(a=2, b=3), ...]`, right after the
+    assistant header, whose role name is text between special tokens: the probe of the format read the header too
+    ("assistant\n\n[...]", and a server's the end-of-turn token after it), which vLLM's pythonic parser does not
+    read, so training and serving refused these models."""
+    env = ToolEnv(tools=[add])
+    pythonic = (
+        "[{% for call in message.tool_calls %}{{ call.function.name }}({% for key, value in call.function.arguments "
+        "| items %}{{ key }}={{ value | tojson }}{% if not loop.last %}, {% endif %}{% endfor %})"
+        "{% if not loop.last %}, {% endif %}{% endfor %}]"
+    )
+    tokenizer = _llama_with_calls(pythonic)
+    for episodes in (True, False):
+        assert tool_call_format(tokenizer, env.tool_schemas(), episodes=episodes).parser == "pythonic"
+    env.tool_format = tool_call_format(tokenizer, env.tool_schemas())
+    step = env.step(env.reset({}), "[add(a=2, b=3), add(a=1, b=1)]")
+    assert (step.tool_calls, step.tool_errors, [m["content"] for m in step.messages]) == (2, 0, ["5", "2"])
+
+
+def test_arguments_written_as_a_json_string_are_an_object_in_vllms_formats_too():
+    """A model may write a call's arguments as a JSON string (read as the object it holds in a Hermes block); vLLM's
+    parsers (Llama 3.1's JSON calls here) pass on JSON of that string, which was refused as not an object."""
+    env = ToolEnv(tools=[add])
+    json_calls = (
+        '{% set call = message.tool_calls[0].function %}{"name": "{{ call.name }}", "parameters": '
+        "{{ call.arguments | tojson }}}"
+    )
+    env.tool_format = tool_call_format(_llama_with_calls(json_calls), env.tool_schemas())
+    assert env.tool_format.parser == "llama3_json"
+    for written in ('{"a": 2, "b": 3}', '"{\\"a\\": 2, \\"b\\": 3}"'):
+        step = env.step(env.reset({}), f'{{"name": "add", "parameters": {written}}}')
+        assert (step.tool_calls, step.tool_errors, step.messages) == (1, 0, [{"role": "tool", "content": "5"}])
+
+
 def test_a_server_reads_calls_whose_tags_are_special_tokens_which_a_model_turn_loses():
     """A server reads the reply with its special tokens (as vLLM does); an episode's model turn is decoded without
     them, so calls whose tags are special tokens cannot be read there, which is refused naming why."""

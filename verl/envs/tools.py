@@ -75,6 +75,8 @@ def _checked_call(name: str, arguments: Any) -> dict[str, Any] | str:
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
+            if isinstance(arguments, str):  # such a string as vLLM's parsers pass it on: JSON of the string
+                arguments = json.loads(arguments)
         except (ValueError, RecursionError):
             arguments = None
     if not isinstance(arguments, dict):
@@ -113,7 +115,10 @@ class ToolCallFormat:
     the model as an error). Any other name: vLLM's tool parser of that name (`vllm serve --tool-call-parser`), given
     the tools' schemas; it leaves a malformed call in the text, as vLLM's server does, so where the format opens each
     call with a `marker` (`<tool_call>` in Qwen3.5's and GLM-4.5's), an opening no call was read from is reported as
-    a malformed call. Calls written inside a reasoning block are not made, in either."""
+    a malformed call; where the format also closes each call (`closing`: `</tool_call>`), a final call without it (cut
+    by the turn's token limit) is reported as malformed rather than made with the arguments written so far, and the
+    calls' text is not reasoning (a `</think>` in an argument ends none), as for Hermes. Calls written inside a
+    reasoning block are not made, in either."""
 
     def __init__(
         self,
@@ -121,9 +126,11 @@ class ToolCallFormat:
         tokenizer: Any = None,
         tools: list[dict[str, Any]] | None = None,
         marker: str | None = None,
+        closing: str | None = None,
     ):
         self.parser = parser
         self.marker = marker
+        self.closing = closing if marker else None
         self.opening = "<tool_call>" if parser == "hermes" else None
         """Hermes: the text a call starts with (a stream sends the content before it as it comes). Other formats'
         parsers may tidy the content around the calls, so a stream holds it all to the end."""
@@ -139,22 +146,36 @@ class ToolCallFormat:
 
     def for_tools(self, tools: list[dict[str, Any]] | None) -> "ToolCallFormat":
         """This format for a request offering `tools` (vLLM's parsers type the arguments by their schemas)."""
-        return self if self._vllm is None else ToolCallFormat(self.parser, self._tokenizer, tools, self.marker)
+        if self._vllm is None:
+            return self
+        return ToolCallFormat(self.parser, self._tokenizer, tools, self.marker, self.closing)
 
     def read(self, text: str) -> tuple[str, list[dict[str, Any] | str]]:
         """(the text without its well-formed calls, the calls: {"name", "arguments"} dicts, or an error string for a
         malformed one)."""
         if self._vllm is None:
             return _read_hermes(text)
-        thought = max((match.end() for match in THINKING.finditer(text)), default=0)
+        blanked, cut = text, ""
+        if self.closing:  # the calls blanked (same length): a "</think>" in one ends no reasoning (a bare opening,
+            # one the reasoning mentions, blanks nothing)
+            marker, closing = re.escape(self.marker), re.escape(self.closing)
+            calls = re.compile(rf"{marker}(?:(?!{marker}).)*?(?:{closing}|\Z)", re.DOTALL)
+            blanked = calls.sub(lambda match: " " * len(match.group()), text)
+        thought = max((match.end() for match in THINKING.finditer(blanked)), default=0)
+        rest = text[thought:]
+        last = rest.rfind(self.marker) if self.closing else -1
+        if last >= 0 and self.closing not in rest[last:]:  # vLLM's parsers read what a cut call has so far
+            rest, cut = rest[:last], rest[last:]
         with self._lock:
-            found = self._vllm.extract_tool_calls(text[thought:], self._request)
+            found = self._vllm.extract_tool_calls(rest, self._request)
         calls = [_checked_call(call.function.name, call.function.arguments) for call in found.tool_calls or []]
-        unread = text[thought:].count(self.marker) - len(calls) if self.marker else 0
+        unread = rest.count(self.marker) - len(calls) if self.marker else 0
         calls += [f"the tool call after {self.marker} could not be read in this model's call format"] * unread
+        if cut:
+            calls.append(f"the tool call after {self.marker} has no {self.closing} (the turn ended inside it)")
         if not found.tools_called:
             return text, calls
-        return text[:thought] + (found.content or ""), calls
+        return text[:thought] + (found.content or "") + cut, calls
 
 
 HERMES = ToolCallFormat()
@@ -172,7 +193,8 @@ def tool_call_format(
     the turn decoded without special tokens (as the rollout decodes a model turn), and the template must show tool
     messages after a model turn on their own (Gemma 4 writes tool results inside the model's turn); else (a server)
     with them, as vLLM reads a reply with tools. Raises NotImplementedError where these do not hold. A vLLM parser's
-    format gets its `marker`: the last opening tag before the call that the template writes once per call."""
+    format gets its `marker`: the last opening tag before the call that the template writes once per call, and its
+    `closing` where the template closes each call with the marker's closing tag."""
     name, arguments = PROBE_CALL
     options = {**({"tools": tools} if tools else {}), **dict(template_kwargs or {})}
     try:
@@ -215,19 +237,35 @@ def tool_call_format(
         two = ""
     openings = re.findall(r"<[^/<>\s][^<>\s]*>|\[[A-Z_]+\]", turn[: turn.index(name)])
     marker = next((tag for tag in reversed(openings) if turn.count(tag) == 1 and two.count(tag) == 2), None)
-    return ToolCallFormat(found, tokenizer, tools, marker)
+    closing = f"</{marker[1:]}" if marker and marker.startswith("<") else None
+    if closing and not (
+        turn.count(closing) == 1 and two.count(closing) == 2 and turn.index(closing) > turn.index(name)
+    ):
+        closing = None
+    return ToolCallFormat(found, tokenizer, tools, marker, closing)
 
 
 def _probe_turn(tokenizer: Any, calls: int, options: dict[str, Any], episodes: bool) -> str:
-    """The assistant turn of `calls` probe calls as the chat template renders it, decoded as a model turn is (without
-    special tokens) for `episodes`."""
+    """The assistant turn of `calls` probe calls as the chat template renders it, from the end of the generation
+    prompt (what the model writes: a role header's text, Llama's "assistant\n\n" between its header tokens, is not
+    the model's and kept a pythonic call from being read), decoded as a model turn is (without special tokens) for
+    `episodes`, else with them but without the end-of-turn token (a reply's text stops before its stop token)."""
     name, arguments = PROBE_CALL
     call = {**tool_call(name, ""), "function": {"name": name, "arguments": arguments}}  # a mapping, as templates read
     turn = {"role": "assistant", "content": "", "tool_calls": [call] * calls}
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROBE_QUERY}, turn], tokenize=False, **options
-    )
-    text = rendered[rendered.rindex(PROBE_QUERY) + len(PROBE_QUERY) :]
+    query = {"role": "user", "content": PROBE_QUERY}
+    rendered = tokenizer.apply_chat_template([query, turn], tokenize=False, **options)
+    opening = tokenizer.apply_chat_template([query], tokenize=False, add_generation_prompt=True, **options)
+    start = len(opening) if rendered.startswith(opening) else rendered.rindex(PROBE_QUERY) + len(PROBE_QUERY)
+    text = rendered[start:]
+    if not episodes:
+        from verl.data.tokenizer import special_strings
+
+        body = text.rstrip()
+        end = max(
+            (token for token in special_strings(tokenizer) if token and body.endswith(token)), key=len, default=""
+        )
+        text = body[: len(body) - len(end)] if end else text
     return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False), skip_special_tokens=episodes)
 
 
