@@ -488,10 +488,10 @@ def run_measured(
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         launch = time.time()
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
-        sampler = TreeRSSSampler(process.pid)
-        sampler.start()
-        timed_out = False
-        try:
+        sampler, timed_out = None, False
+        try:  # from the start on: an interruption while the sampler starts ends the run too (it was left going)
+            sampler = TreeRSSSampler(process.pid)
+            sampler.start()
             while process.poll() is None:
                 if watcher:
                     watcher.poll()
@@ -503,7 +503,8 @@ def run_measured(
             if process.poll() is None:  # timed out, or the benchmark itself was interrupted
                 end_session(process)
             wall = time.time() - launch
-            sampler.stop()
+            if sampler is not None and sampler.is_alive():
+                sampler.stop()
     if watcher:
         watcher.poll()
     leftovers = sampler.end_leftovers()

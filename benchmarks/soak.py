@@ -171,17 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     # stderr to a file: a pipe read only at the end fills (64 KiB, ~200 steps of progress bar) and blocks the run
     errors = tempfile.TemporaryFile()
+    # a SIGTERM to this script (`kill`, `timeout`, a scheduler) unwinds, and the run is stopped with it, not left going;
+    # set before the run starts (set after, a SIGTERM in between ended this script at once and left the run going)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # a session of its own: a signal to this script's group (Ctrl-C, `timeout`) reaches the trainer once, from below
     trainer = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True
     )
-    root = psutil.Process(trainer.pid)
     samples: list[tuple[int, float, dict[int, dict]]] = []
     at_warmup: dict[int, dict] | None = None
     last: dict[int, dict] = {}
-    # a SIGTERM to this script (`kill`, `timeout`, a scheduler) unwinds, and the run is stopped with it, not left going
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
+        root = psutil.Process(trainer.pid)
         while trainer.poll() is None:
             step = current_step(log_path)
             figures = snapshot(root)

@@ -9,6 +9,7 @@ Importable from every test directory: pytest puts tests/ on sys.path for tests/c
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -49,16 +50,41 @@ def descendant_named(pid: int, name: str):
 
 def start_run_in_a_group(command: list[str], env: dict[str, str], cwd: str, log, metric: str):
     """Start a training command as a member of a new process group that a `sleep` leads (as under `timeout` or a
-    launcher script), and wait until its file log `log` has a step with `metric`; returns (launcher, run)."""
+    launcher script), and wait until its file log `log` has a step with `metric`; returns (launcher, run). A run that
+    ends or takes over 300 s first fails the test with its stderr's end, its launcher (and the run) ended."""
     launcher = subprocess.Popen(["sleep", "600"], process_group=0)
     run = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, process_group=launcher.pid)
-    assert os.getpgid(run.pid) == launcher.pid
-    deadline = time.monotonic() + 300
-    while not (log.exists() and any(metric in json.loads(line) for line in _complete_lines(log))):
-        assert run.poll() is None, run.stderr.read()[-3000:]
-        assert time.monotonic() < deadline, "no training step within 300 s"
-        time.sleep(0.5)
+    try:
+        assert os.getpgid(run.pid) == launcher.pid
+        deadline = time.monotonic() + 300
+        while not (log.exists() and any(metric in json.loads(line) for line in _complete_lines(log))):
+            assert run.poll() is None, stderr_tail(run)
+            assert time.monotonic() < deadline, "no training step within 300 s"
+            time.sleep(0.5)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)  # the launcher's group: the run and what it started there
+        for process in (run, launcher):
+            process.wait()
+        raise
     return launcher, run
+
+
+STDERR_WAIT_S = 10.0
+"""How long a failing test reads an ended process's stderr pipe: the processes it started may hold the pipe open."""
+
+
+def stderr_tail(process: subprocess.Popen, size: int = 3000) -> str:
+    """The end of what an ended `process` wrote to its stderr pipe, read for at most STDERR_WAIT_S: a pipe has no end
+    while a process it started (Ray's daemons, loader workers, a sleeping child) lives, and a read to the end waited
+    as long as that process, or for ever."""
+    try:
+        _, err = process.communicate(timeout=STDERR_WAIT_S)
+    except subprocess.TimeoutExpired as timed_out:  # what came meanwhile (bytes, whatever the pipe's mode)
+        err = timed_out.stderr or b""
+    if isinstance(err, bytes):
+        err = err.decode(errors="replace")
+    return (err or "")[-size:]
 
 
 def _complete_lines(path) -> list[str]:
@@ -66,29 +92,41 @@ def _complete_lines(path) -> list[str]:
     return [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
 
 
-def sigterm_ends_its_run(script, cwd, wait_s: float) -> None:
+def sigterm_ends_its_run(script, cwd, wait_s: float, start_s: float = 120.0) -> None:
     """Start `script` (a benchmark driving a stand-in run whose command line holds "# the run"), send it SIGTERM once
-    its run has started, and assert that it exits with 128 + SIGTERM and its run is gone with it."""
+    its run has started (within `start_s`), and assert that it exits with 128 + SIGTERM and its run is gone with it.
+    The script's stderr goes to a file, not a pipe: a failure's message reads it without waiting on the script, or
+    on the processes it started, to end."""
     import signal
     import sys
+    import tempfile
 
     import psutil
 
-    driver = subprocess.Popen([sys.executable, str(script)], cwd=cwd, stderr=subprocess.PIPE, text=True)
-    run = None
-    try:
-        deadline = time.monotonic() + 120
-        while run is None:
-            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read()[-3000:]
-            runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
-            run = runs[0] if runs else time.sleep(0.2)
-        driver.send_signal(signal.SIGTERM)
-        code = driver.wait(wait_s)
-        assert wait_gone([run.pid], 10.0) == [], "the run outlived the script that started it"
-        assert code == 128 + signal.SIGTERM
-    finally:
-        driver.kill()
-        if run is not None and run.is_running():
-            with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
-                os.killpg(run.pid, signal.SIGKILL)
-                run.kill()
+    with tempfile.TemporaryFile() as errors:
+
+        def tail() -> str:
+            errors.seek(0)
+            return errors.read().decode(errors="replace")[-3000:]
+
+        driver = subprocess.Popen([sys.executable, str(script)], cwd=cwd, stderr=errors)
+        run = None
+        try:
+            deadline = time.monotonic() + start_s
+            while run is None:
+                assert driver.poll() is None, f"the script exited with {driver.returncode} before its run:\n{tail()}"
+                assert time.monotonic() < deadline, f"no run within {start_s:.0f} s:\n{tail()}"
+                runs = [p for p in psutil.Process(driver.pid).children() if "# the run" in " ".join(p.cmdline())]
+                run = runs[0] if runs else time.sleep(0.2)
+            driver.send_signal(signal.SIGTERM)
+            code = driver.wait(wait_s)
+            assert wait_gone([run.pid], 10.0) == [], "the run outlived the script that started it"
+            assert code == 128 + signal.SIGTERM, tail()
+        finally:
+            driver.kill()
+            driver.wait()
+            if run is not None and run.is_running():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(run.pid, signal.SIGKILL)  # the session the benchmark started it in
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    run.kill()

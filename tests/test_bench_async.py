@@ -115,3 +115,23 @@ def test_a_sigterm_to_the_benchmark_ends_the_run_it_started(tmp_path) -> None:
     script = tmp_path / "driver.py"
     script.write_text(STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(tmp_path / "work")))
     sigterm_ends_its_run(script, REPO, 60)
+
+
+def test_a_sigterm_as_the_run_starts_ends_it_too(tmp_path) -> None:
+    """bench_grpo.run_measured started its memory sampler before the block that ends the run: a SIGTERM meanwhile
+    unwound past it and left the run going. The sampler's start is made to take 3 s here."""
+    from processes import sigterm_ends_its_run
+    from repo_files import REPO
+
+    slow_sampler = (
+        "import time\n"
+        "class SlowSampler(bench_grpo.TreeRSSSampler):\n"
+        "    def __init__(self, pid):\n"
+        "        time.sleep(3)\n"
+        "        super().__init__(pid)\n"
+        "bench_grpo.TreeRSSSampler = SlowSampler\n"
+    )
+    driver = STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(tmp_path / "work"))
+    script = tmp_path / "driver.py"
+    script.write_text(driver.replace("bench_async.main(", slow_sampler + "bench_async.main("))
+    sigterm_ends_its_run(script, REPO, 60)

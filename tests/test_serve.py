@@ -783,8 +783,10 @@ def test_requests_cut_off_by_a_shutdown_are_not_logged_as_server_errors(stream):
     handler.emit = records.append
     logging.getLogger("uvicorn.error").addHandler(handler)
     try:
-        while not server.uvicorn.started:
+        deadline = time.monotonic() + 30
+        while not server.uvicorn.started and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert server.uvicorn.started, "the server did not start within 30 s"
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
 
         def ask():

@@ -66,3 +66,22 @@ def test_a_sigterm_to_the_soak_ends_the_run_it_started(tmp_path):
     script = tmp_path / "driver.py"
     script.write_text(STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(workdir)))
     sigterm_ends_its_run(script, REPO, 90)
+
+
+def test_a_sigterm_as_the_run_starts_ends_it_too(tmp_path):
+    """soak.py set its SIGTERM handler only after its first look at the run it had started: a SIGTERM meanwhile ended
+    the script at once (exit -15) and left the run going. The look here is made to take 3 s."""
+    from processes import sigterm_ends_its_run
+    from repo_files import REPO
+
+    workdir = tmp_path / "soak"
+    for made in (workdir / "tiny-vl" / "config.json", workdir / "data" / "train.jsonl"):
+        made.parent.mkdir(parents=True)
+        made.write_text("{}")
+    slow_look = (
+        "import time\nlook = soak.psutil.Process\nsoak.psutil.Process = lambda pid: (time.sleep(3), look(pid))[1]\n"
+    )
+    driver = STAND_IN_DRIVER.format(benchmarks=str(REPO / "benchmarks"), workdir=str(workdir))
+    script = tmp_path / "driver.py"
+    script.write_text(driver.replace("sys.exit(soak.main(", slow_look + "sys.exit(soak.main("))
+    sigterm_ends_its_run(script, REPO, 90)

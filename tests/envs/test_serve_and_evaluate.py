@@ -8,6 +8,7 @@ import http.server
 import io
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -70,10 +71,18 @@ def start_server(model: str, name: str, temp_dir: str):
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    # its lines come through a thread (which drains the pipe from then on): a readline here waited for ever on a server
+    # that printed nothing, whatever the deadline
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, proc.stdout), lines.put("")], daemon=True).start()
     deadline, url = time.monotonic() + 240, None
     while url is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if not line:
+            proc.wait(timeout=30)
             pytest.fail(f"the server exited with {proc.returncode}")
         match = re.search(r"at (http://\S+/v1)", line)
         url = match.group(1) if match else None

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 
 import pytest
-from processes import descendant_named, start_run_in_a_group, wait_gone
+from processes import descendant_named, start_run_in_a_group, stderr_tail, wait_gone
 
 from tests.model_folders import config_only_model
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -149,7 +149,7 @@ def test_sigterm_to_the_group_a_driver_leads_saves_and_exits_at_once(tmp_path):
     )
     log, deadline = save / "experiment_log.jsonl", time.monotonic() + 300
     while not (log.exists() and "actor/pg_loss" in log.read_text()):
-        assert run.poll() is None, run.stderr.read()[-3000:]
+        assert run.poll() is None, stderr_tail(run)
         assert time.monotonic() < deadline, "no training step within 300 s"
         time.sleep(0.5)
     os.killpg(run.pid, signal.SIGTERM)
