@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -153,3 +154,56 @@ def test_prepare_or1_data_converts_verl_style_rows():
     assert len(skipped) == 1 and skipped[0].startswith("row 0 of code: ground_truth has keys ['entry_point',")
     with pytest.raises(ValueError, match="row 0 of code: ground_truth has keys"):
         list(prepare.convert([leetcode_row], "code"))
+
+
+@pytest.mark.parametrize(
+    "bad_row, message",
+    [
+        ({"prompt": [{"role": "system", "content": "s"}], "answer": "3", "ability": "math"}, "no user message"),
+        ({"prompt": "p", "answer": "3", "ability": "chat"}, "cannot tell whether the row is math or code"),
+    ],
+)
+def test_prepare_or1_data_stops_at_a_bad_row_in_one_line_writing_no_part_of_the_set(tmp_path, bad_row, message):
+    """A row it cannot convert stopped the script with a traceback and left a train.jsonl of the rows before it,
+    which the OR1 recipe then trained on as if it were the whole set."""
+    source = tmp_path / "source.jsonl"
+    good = {
+        "prompt": [{"role": "user", "content": "1 + 1?"}],
+        "reward_model": {"ground_truth": "2"},
+        "ability": "math",
+    }
+    source.write_text("".join(json.dumps(row) + "\n" for row in (good, bad_row)))
+    output = tmp_path / "or1"
+    script = os.path.join(REPO, "examples", "recipes", "prepare_or1_data.py")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, script, "--source", str(source), "--output", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("prepare_or1_data: row 1 of the source: ") and message in last, last
+    assert last.endswith(f"nothing was written to {output / 'train.jsonl'}."), last
+    assert not (output / "train.jsonl").exists() and not list(output.glob("*.partial"))
+    # a source it cannot read (here the hub, offline) is one line too
+    command = [sys.executable, script, "--source", "no-such-owner/no-such-set", "--output", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("prepare_or1_data: cannot read no-such-owner/no-such-set")
+
+
+@pytest.mark.parametrize(
+    "last_turn, answer, correct",
+    [
+        ("The product of 123 and 456 is 56,088.", "56088", 1.0),  # scored as 88: a right answer at 0
+        ("6 * 7 = 42", "42", 1.0),
+        ("So the result is -1,234.5", "-1234.5", 1.0),
+        ("It is 1,2345", "12345", 0.0),  # no thousands separator: the numbers 1 and 2345
+        ("12 times 3 is 36, which is the answer", "36", 1.0),
+        ("I do not know", "42", 0.0),
+    ],
+)
+def test_the_calculator_reward_reads_a_number_with_thousands_separators(last_turn, answer, correct):
+    from tests.repo_files import load_repo_file
+
+    calculator = load_repo_file("examples/envs/calculator.py", "example_calculator")
+    sample = {"response": last_turn, "ground_truth": answer, "extra_info": {"last_turn": last_turn}}
+    assert calculator.compute_score(sample)["accuracy"] == correct

@@ -50,9 +50,13 @@ class Multiplier(ToolEnv):
     tools = (multiply,)
 
 
+NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|-?\d+(?:\.\d+)?")
+"""A number as a model writes it: 42, -3.5, or with thousands separators (56,088: a product's usual spelling)."""
+
+
 def compute_score(sample: dict[str, Any]) -> dict[str, float]:
-    numbers = re.findall(r"-?\d+(?:\.\d+)?", sample["extra_info"]["last_turn"])  # the model's final answer
-    correct = float(bool(numbers) and float(numbers[-1]) == float(sample["ground_truth"]))
+    numbers = NUMBER.findall(sample["extra_info"]["last_turn"])  # the model's final answer: its last number
+    correct = float(bool(numbers) and float(numbers[-1].replace(",", "")) == float(sample["ground_truth"]))
     info = sample["extra_info"]
     clean_tool_use = float(info.get("env_tool_calls", 0) > 0 and info.get("env_tool_errors", 0) == 0)
     return {"overall": correct + 0.1 * clean_tool_use, "accuracy": correct, "tool_use": clean_tool_use}

@@ -17,6 +17,7 @@ outside the program's process.
 import argparse
 import json
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,7 +72,8 @@ def convert(
             if truth is None:
                 raise ValueError("no reward_model.ground_truth or answer")
             answer = code_tests(truth) if row_kind == "code" else str(truth)
-        except (ValueError, KeyError, TypeError) as err:
+            prompt = _prompt_text(row["prompt"])
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{where}: {err}") from err
         if row_kind == "code":
             try:
@@ -81,7 +83,7 @@ def convert(
                     raise
                 skipped.append(str(err))
                 continue
-        yield {"prompt": _prompt_text(row["prompt"]), "answer": answer, "data_source": row_kind}
+        yield {"prompt": prompt, "answer": answer, "data_source": row_kind}
 
 
 def main() -> None:
@@ -93,20 +95,31 @@ def main() -> None:
     args = parser.parse_args()
     import datasets
 
-    os.makedirs(args.output, exist_ok=True)
-    path = os.path.join(args.output, "train.jsonl")
-    counts: dict[str, int] = {}
-    with open(path, "w", encoding="utf-8") as f:
+    try:
         if os.path.exists(args.source):
             extension = os.path.splitext(args.source)[1].lstrip(".").replace("jsonl", "json")
             parts = [(None, datasets.load_dataset(extension, data_files=args.source, split="train"))]
         else:
             parts = [(split, datasets.load_dataset(args.source, split=split)) for split in args.splits.split(",")]
-        skipped: list[str] = []
-        for split, dataset in parts:
-            for row in convert(dataset, split, args.kind, skipped):
-                counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
-                f.write(json.dumps(row) + "\n")
+    except Exception as err:  # a hub that cannot be reached, a file datasets cannot read: one line, not a traceback
+        sys.exit(f"prepare_or1_data: cannot read {args.source}: {str(err).splitlines()[0] if str(err) else err!r}")
+    os.makedirs(args.output, exist_ok=True)
+    path = os.path.join(args.output, "train.jsonl")
+    counts: dict[str, int] = {}
+    skipped: list[str] = []
+    # written aside and renamed at the end: a row that stops the conversion must not leave a train.jsonl of the rows
+    # before it, which the recipe would train on as if it were the whole set
+    partial = path + ".partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            for split, dataset in parts:
+                for row in convert(dataset, split, args.kind, skipped):
+                    counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
+                    f.write(json.dumps(row) + "\n")
+    except ValueError as err:
+        os.remove(partial)
+        sys.exit(f"prepare_or1_data: {str(err).rstrip('.')}; nothing was written to {path}.")
+    os.replace(partial, path)
     print(f"wrote {path}: {counts}")
     if skipped:
         print(f"left out {len(skipped)} code rows whose tests code.py cannot run, e.g. {skipped[0]}")
