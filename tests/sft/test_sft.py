@@ -708,6 +708,38 @@ def test_an_image_removed_during_sft_stops_it_with_one_line_after_saving_the_las
 
 
 @pytest.mark.slow
+def test_a_run_resumed_with_another_batch_size_goes_on_where_the_saved_one_stopped_in_the_data(
+    models, tmp_path, local_ray, monkeypatch, caplog
+) -> None:
+    """Steps were placed in the data by their number: 2 steps of 16 of 48 rows, resumed with data.batch_size=8, put
+    step 3 at rows 16-23 of the epoch's order, trained again, and the epoch's last 16 rows were never trained."""
+    from verl.sft import main as sft_main
+    from verl.sft.config import load_sft_config
+
+    write_conversations(tmp_path / "train.jsonl", 48, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 2, seed=1)
+    drawn: list[list[int]] = []  # the training batches' rows (the validation's 2 rows are collated there too)
+    collate = sft_main._collate
+
+    def recording(dataset, indices):
+        if len(dataset) == 48:
+            drawn.append(indices)
+        return collate(dataset, indices)
+
+    monkeypatch.setattr(sft_main, "_collate", recording)
+    save = str(tmp_path / "run")
+    args = ("trainer.val_freq=-1", "trainer.export_hf_model=false")
+    sft_main.run_sft(load_sft_config(sft_args(tmp_path, models["text"], save, *args, "trainer.max_steps=2")))
+    resumed = ("data.batch_size=8", "trainer.max_steps=4")
+    with caplog.at_level(logging.WARNING, logger="verl.sft.main"):
+        sft_main.run_sft(load_sft_config(sft_args(tmp_path, models["text"], save, *args, *resumed)))
+    assert [len(rows) for rows in drawn] == [16, 16, 8, 8]
+    assert sorted(row for rows in drawn for row in rows) == list(range(48))  # the epoch, each row once
+    assert "data.batch_size=8, and" in caplog.text and "was saved with 16: the run resumes at step 2" in caplog.text
+    assert [read_steps(save)[step]["train/epoch"] for step in (3, 4)] == [0.0, 0.0]
+
+
+@pytest.mark.slow
 def test_sigterm_stops_sft_after_its_step_with_a_checkpoint_the_next_run_resumes(models, tmp_path, local_ray) -> None:
     """As the RL trainer does (SFT used to die at once and lose the steps since its last save): the signal goes to
     the launcher's whole process group, the step in flight finishes and is saved, exit 143; the same command resumes
@@ -764,6 +796,8 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
         "batch_size": 16,
         "seed": 1,
         "shuffle": True,
+        "epoch": 0,  # the place in the data: 32 of the epoch's 48 rows drawn
+        "epoch_rows": 32,
     }
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4", dropout)))

@@ -664,10 +664,24 @@ def test_truncation_right_never_cuts_a_conversation_in_or_before_an_image(tmp_pa
 def test_each_seed_and_epoch_get_their_own_order():
     """seed + epoch seeded the shuffle, so seed 1's epochs 1-3 were seed 2's epochs 0-2: a seed sweep's runs shared
     all but one epoch's order. Each (seed, epoch) is now its own draw; the same pair gives the same order (resume)."""
-    from verl.sft.main import batch_indices
+    from verl.sft.main import epoch_order, next_batch_start
 
-    orders = {(seed, epoch): batch_indices(64, 8, epoch, seed, True) for seed in (1, 2) for epoch in range(4)}
+    orders = {(seed, epoch): epoch_order(64, epoch, seed, True) for seed in (1, 2) for epoch in range(4)}
     assert len({str(order) for order in orders.values()}) == 8
-    assert batch_indices(64, 8, 2, 1, True) == orders[(1, 2)]
-    assert sorted(i for batch in orders[(1, 0)] for i in batch) == list(range(64))
-    assert batch_indices(20, 8, 0, 1, False) == [list(range(8)), list(range(8, 16))]
+    assert epoch_order(64, 2, 1, True) == orders[(1, 2)]
+    assert sorted(orders[(1, 0)]) == list(range(64))
+    assert epoch_order(20, 0, 1, False) == list(range(20))
+    # full batches only: the 4 rows an epoch's 2 batches of 8 leave are dropped, the next batch is the next epoch's
+    assert next_batch_start((0, 8), 20, 8) == (0, 8) and next_batch_start((0, 16), 20, 8) == (1, 0)
+
+
+def test_a_checkpoints_place_in_the_data_is_its_own_or_its_step_over_its_own_batches():
+    """Checkpoints record their epoch and its rows drawn; one written before they were kept is placed by its step over
+    the batches of the batch size and rows it was saved with, not the resumed run's."""
+    from verl.sft.main import saved_position
+
+    assert saved_position({"global_step": 4, "epoch": 2, "epoch_rows": 8, "batch_size": 16}, 48, 8) == (2, 8)
+    old = {"global_step": 4, "train_rows": 48, "batch_size": 16}  # 3 batches an epoch: step 4 is epoch 1's first
+    assert saved_position(old, 48, 8) == (1, 16)
+    assert saved_position(old, 96, 16) == (1, 16)
+    assert saved_position({"global_step": 4}, 48, 16) == (1, 16)  # without them: this run's

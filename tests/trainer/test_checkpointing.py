@@ -146,6 +146,20 @@ def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers
         resume_path(step_dir(root, 3), True, root)
 
 
+def test_an_explicit_checkpoint_whose_save_was_interrupted_is_not_called_weights_only(tmp_path):
+    """A full save killed after the actor's part, before trainer_state.json: its actor holds the optimizer's state.
+    trainer.load_checkpoint_path at it was refused as a trainer.save_model_only checkpoint, with advice to export it."""
+    root = str(tmp_path)
+    make_steps(tmp_path, [1], complete=False)
+    _saved_state(tmp_path / "global_step_1" / "actor", ["model.w", "optimizer.state.w.exp_avg"])
+    with pytest.raises(RuntimeError) as error:
+        resume_path(step_dir(root, 1), True, root)
+    assert str(error.value) == (
+        f"Cannot resume from trainer.load_checkpoint_path={step_dir(root, 1)!r}: it lacks trainer_state.json (an "
+        "interrupted save?); point it at an earlier global_step_N."
+    )
+
+
 def test_a_checkpoint_is_refused_when_its_lora_setting_differs_from_the_run(tmp_path):
     root = str(tmp_path)
     make_steps(tmp_path, [1])
@@ -260,6 +274,24 @@ def test_corrupt_tracker_names_file(tmp_path):
     (tmp_path / TRACKER_FILE).write_text("{not json")
     with pytest.raises(ValueError, match=TRACKER_FILE):
         CheckpointTracker.load(str(tmp_path))
+
+
+def test_an_explicit_checkpoint_beside_a_corrupt_tracker_is_refused_before_the_workers_start(tmp_path):
+    """trainer.load_checkpoint_path set (to a step of this folder, around its broken tracker, or of another run's):
+    the run's tracker was read only once the workers had loaded the checkpoint, and stopped it with a traceback."""
+    other = tmp_path / "other"
+    make_steps(other, [2])
+    run = tmp_path / "run"
+    make_steps(run, [1])
+    for explicit in (step_dir(str(run), 1), step_dir(str(other), 2)):
+        (run / TRACKER_FILE).write_text("{not json")
+        with pytest.raises(ValueError, match=f"Checkpoint tracker '{run / TRACKER_FILE}' is corrupt"):
+            resume_path(explicit, True, str(run))
+        (run / TRACKER_FILE).write_text(json.dumps({"last_global_step": 1, "last_actor_path": "x"}))  # EasyR1's
+        with pytest.raises(ValueError, match="was written by EasyR1"):
+            resume_path(explicit, True, str(run))
+        (run / TRACKER_FILE).unlink()
+        assert resume_path(explicit, True, str(run)) == explicit
 
 
 def test_tracker_that_is_not_an_object_is_corrupt(tmp_path):

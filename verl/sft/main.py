@@ -8,7 +8,8 @@ checkpoints in the RL trainer's layout (resumed from the latest one, or trainer.
 end the model as a Hugging Face directory that the RL trainer takes as worker.actor.model.model_path.
 
 Batches are drawn by index from a permutation of the rows seeded by data.seed and the epoch, so a resumed run sees
-exactly the batches the uninterrupted run would have.
+exactly the batches the uninterrupted run would have. Each checkpoint records the place in that order (the epoch and
+its rows drawn), so a run resumed with another data.batch_size goes on where the saved one stopped.
 
 --dry-run       print the fully resolved config as YAML and exit (no Ray, no model; with USE_MODELSCOPE_HUB=1 a
                 ModelScope id is fetched, as every run's config check does)
@@ -61,16 +62,31 @@ if TYPE_CHECKING:  # imported where used: Ray and huggingface_hub must not be im
 logger = logging.getLogger(__name__)
 
 
-def batch_indices(num_rows: int, batch_size: int, epoch: int, seed: int, shuffle: bool) -> list[list[int]]:
-    """The full batches of one epoch (a last partial batch is dropped: every step has the same size). The order is
-    drawn from (seed, epoch) together: seeded with seed + epoch, seed s's epoch e + 1 was seed s + 1's epoch e, so
-    the runs of a seed sweep shared all but one epoch's order."""
-    if shuffle:
-        key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
-        order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(key)).tolist()
-    else:
-        order = list(range(num_rows))
-    return [order[i : i + batch_size] for i in range(0, num_rows - batch_size + 1, batch_size)]
+def epoch_order(num_rows: int, epoch: int, seed: int, shuffle: bool) -> list[int]:
+    """Every row's index, in one epoch's order. It is drawn from (seed, epoch) together: seeded with seed + epoch,
+    seed s's epoch e + 1 was seed s + 1's epoch e, so the runs of a seed sweep shared all but one epoch's order."""
+    if not shuffle:
+        return list(range(num_rows))
+    key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    return torch.randperm(num_rows, generator=torch.Generator().manual_seed(key)).tolist()
+
+
+def next_batch_start(position: tuple[int, int], num_rows: int, batch_size: int) -> tuple[int, int]:
+    """Where the next batch starts, from `position` (an epoch and the rows of its order drawn so far): there, or at
+    the next epoch's start where the epoch's rest cannot fill a batch (dropped: every step has the same size)."""
+    epoch, drawn = position
+    return (epoch, drawn) if drawn + batch_size <= num_rows else (epoch + 1, 0)
+
+
+def saved_position(state: dict[str, Any], num_rows: int, batch_size: int) -> tuple[int, int]:
+    """The data position of a checkpoint's trainer_state.json `state`: its `epoch` and `epoch_rows`; for a checkpoint
+    written before they were kept, its step over the batches of the batch size and rows it was saved with."""
+    epoch, drawn = state.get("epoch"), state.get("epoch_rows")
+    if isinstance(epoch, int) and isinstance(drawn, int):
+        return epoch, drawn
+    size = state.get("batch_size", batch_size)
+    epoch, offset = divmod(state["global_step"], max(1, state.get("train_rows", num_rows) // size))
+    return epoch, offset * size
 
 
 def build_datasets(config: SFTConfig) -> tuple["SFTDataset", "SFTDataset | None", Any]:
@@ -200,21 +216,36 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
         data_state["shuffle"] = data.shuffle
         data_state["model_fingerprint"] = weights_fingerprint(model.model_path)  # the weights the run started from
         data_state["settings"] = saved_settings(config)  # compared on resume
+        data_state.update(epoch=0, epoch_rows=0)  # the place in the data, after each step (`saved_position`)
         if resume is not None:
             logger.info("Resuming from %s", resume)
             group.load_checkpoint(os.path.join(resume, "actor"))
             with open(os.path.join(resume, "trainer_state.json"), encoding="utf-8") as f:
                 state = json.load(f)
             step = state["global_step"]
-            order = {key: data_state[key] for key in ("batch_size", "seed", "shuffle")}
+            epoch, drawn = saved_position(state, len(train), data.batch_size)
+            data_state.update(epoch=epoch, epoch_rows=drawn)
+            order = {key: data_state[key] for key in ("seed", "shuffle")}
             warn_if_data_changed(state, len(train), resume, order)
-            told = (*(f"data.{key}" for key in order), *RUN_DERIVED_KEYS)  # (the lr schedule's length: max_steps)
+            told = (*(f"data.{key}" for key in (*order, "batch_size")), *RUN_DERIVED_KEYS)  # (max_steps: the lr's)
             warn_if_settings_changed(state, config, resume, told)
+            if state.get("batch_size", data.batch_size) != data.batch_size:  # the place in the data is kept
+                logger.warning(
+                    "data.batch_size=%d, and %s was saved with %d: the run resumes at step %d, where the saved run "
+                    "stopped in the data, and its steps from there on take %d conversations each, so it ends at step "
+                    "%d (total_epochs or max_steps count them) and the learning-rate schedule spans those steps.",
+                    data.batch_size,
+                    resume,
+                    state["batch_size"],
+                    step,
+                    data.batch_size,
+                    total_steps,
+                )
         ckpt_tracker = CheckpointTracker.resumed(root, step)
         metrics: dict[str, float] = {}
         last_saved = first_step = step
-        epoch_batches = functools.lru_cache(maxsize=1)(  # an epoch's order, drawn once (a permutation of every row)
-            lambda epoch: batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)
+        order_of = functools.lru_cache(maxsize=1)(  # an epoch's order, drawn once (a permutation of every row)
+            lambda epoch: epoch_order(len(train), epoch, data.seed, data.shuffle)
         )
         resume = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)
         # a signal: the step in flight finishes first
@@ -229,9 +260,10 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                     stop.stop(step, unsaved, last, root)
                 if done:
                     break
-                epoch, offset = divmod(step, steps_per_epoch)
+                position = (data_state["epoch"], data_state["epoch_rows"])
+                epoch, drawn = next_batch_start(position, len(train), data.batch_size)
                 try:
-                    rows = _collate(train, epoch_batches(epoch)[offset])
+                    rows = _collate(train, order_of(epoch)[drawn : drawn + data.batch_size])
                 except SFTDataError as error:  # a row changed since the check (an image removed): the last step saved
                     if step > last_saved:
                         failed = f"Step {step + 1}", f"a resume runs step {step + 1} again"
@@ -239,6 +271,7 @@ def _train(config: SFTConfig, signals: RunSignals, lock_record: bytes) -> dict[s
                     error.checkpointed = step > 0  # this step's checkpoint: saved now, earlier, or resumed from
                     raise
                 step += 1
+                data_state.update(epoch=epoch, epoch_rows=drawn + data.batch_size)  # what a save after it records
                 started = time.perf_counter()
                 metrics = {**group.train_batch(rows)[0], "train/epoch": float(epoch)}
                 seconds = time.perf_counter() - started

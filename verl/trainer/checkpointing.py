@@ -242,6 +242,9 @@ def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: st
     find_last the newest complete and intact one."""
     if load_checkpoint_path is None:
         return find_last_checkpoint(save_root) if find_last else None
+    # the run's own tracker, whose scores up to the step it keeps (`CheckpointTracker.resumed`): a corrupt one or
+    # another tool's stopped the run with a traceback once its workers had loaded the checkpoint
+    CheckpointTracker.load(save_root)
     problem = damage(load_checkpoint_path)
     if problem is not None:
         raise RuntimeError(
@@ -249,12 +252,14 @@ def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: st
             "or point trainer.load_checkpoint_path at an earlier global_step_N."
         )
     if not is_complete(load_checkpoint_path):
-        has_actor = os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
-        problem = f"it holds {MODEL_ONLY}" if has_actor else "it lacks an actor directory (an interrupted save?)"
-        raise RuntimeError(
-            f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}"
-            f"{_from_weights(load_checkpoint_path)}."
-        )
+        # a save killed after the actor's part (before trainer_state.json) was called a save_model_only checkpoint
+        if _weights_only(load_checkpoint_path):
+            problem = f"it holds {MODEL_ONLY}{_from_weights(load_checkpoint_path)}"
+        else:
+            has_actor = os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
+            missing = "trainer_state.json" if has_actor else "an actor directory"
+            problem = f"it lacks {missing} (an interrupted save?); point it at an earlier global_step_N"
+        raise RuntimeError(f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}.")
     saved_step = _saved_step(load_checkpoint_path)
     if saved_step is not None and saved_step != step_of(load_checkpoint_path):
         raise RuntimeError(
