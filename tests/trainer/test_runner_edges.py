@@ -163,3 +163,22 @@ def test_a_reward_that_fails_to_close_still_lets_the_judge_stop(monkeypatch, cap
     with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
         runner._release(_Recorder("reward", [], fail=True), "judge")
     assert stopped == ["judge"] and "Closing the reward's processes failed." in caplog.text
+
+
+def test_prompts_in_flight_that_are_not_whole_rounds_are_refused_at_staleness_zero(tmp_path):
+    """A run one round ahead saved 2 prompts in flight (rounds of 2); resumed at max_staleness=0 with rounds of 4, a
+    round admits whole rounds only while none is in flight: the first round held 2 prompts and quota 4, and every
+    engine failed it ("A request loop holding 1 groups cannot complete 2 of them") under Ray's traceback. Refused
+    before Ray starts; one round ahead the next round tops them up, and whole rounds resume at 0."""
+    config = PPOConfig()
+    config.trainer.nnodes, config.trainer.n_gpus_per_node = 1, 2
+    config.data.rollout_batch_size, config.worker.rollout.mode = 4, "colocated"
+    with pytest.raises(ValueError, match=r"its 2 prompts in flight are not whole rounds of data.rollout_batch_size=4"):
+        runner._check_in_flight(config, _in_flight(tmp_path, 2))
+    config.worker.rollout.mode = "disaggregated"
+    with pytest.raises(ValueError, match=r"with worker.rollout.max_staleness=0 a round admits new prompts only"):
+        runner._check_in_flight(config, _in_flight(tmp_path, 2))
+    config.worker.rollout.max_staleness = 1
+    assert len(runner._check_in_flight(config, _in_flight(tmp_path, 2))) == 2
+    config.worker.rollout.max_staleness, config.data.mini_rollout_batch_size = 0, 2
+    assert len(runner._check_in_flight(config, _in_flight(tmp_path, 2))) == 2

@@ -219,9 +219,10 @@ IN_FLIGHT_ROW_KEYS = (
 
 def _check_in_flight(config: PPOConfig, path: str) -> Any:
     """The prompts an asynchronous checkpoint had in flight (returned: None where it has none): dropped in mode=sync
-    (said), and refused when there are more than the resumed run keeps in flight, when they do not split over its
-    ranks, or when they are padded to another data.max_prompt_length. Settings that made their rows changed: said
-    (the warning on changed settings says the run goes on with the new ones, and these prompts do not)."""
+    (said), and refused when there are more than the resumed run keeps in flight, when they are not whole rounds at
+    max_staleness=0, when they do not split over its ranks, or when they are padded to another
+    data.max_prompt_length. Settings that made their rows changed: said (the warning on changed settings says the run
+    goes on with the new ones, and these prompts do not)."""
     in_flight = os.path.join(path, IN_FLIGHT_FILE)
     if not os.path.isfile(in_flight):
         return None
@@ -243,6 +244,15 @@ def _check_in_flight(config: PPOConfig, path: str) -> Any:
             f"Cannot resume from {path}: it holds {count} prompts in flight, more than this run keeps in flight "
             f"(worker.rollout.max_staleness + 1 = {rollout.max_staleness + 1} rounds of {key}={size}); resume with "
             "the saved run's round size and staleness bound."
+        )
+    if rollout.mode != "sync" and rollout.max_staleness == 0 and count % size != 0:
+        # admission adds whole rounds up to one in flight, so none beside a partial one: the first round held fewer
+        # groups than it takes, and every engine failed it ("cannot complete ... of them") under Ray's traceback
+        raise ValueError(
+            f"Cannot resume from {path}: its {count} prompts in flight are not whole rounds of {key}={size}, and with "
+            "worker.rollout.max_staleness=0 a round admits new prompts only in whole rounds up to one in flight, so "
+            f"no round could gather {size} prompts' groups. Resume with max_staleness >= 1, with rounds of {count} "
+            "prompts, or with worker.rollout.mode=sync, which drops them."
         )
     for ranks, what in admission_splits(config) if rollout.mode != "sync" else ():
         if count % ranks != 0:  # the saved run had other ranks; each takes whole shares of the readmitted prompts

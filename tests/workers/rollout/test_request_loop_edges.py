@@ -69,6 +69,28 @@ def test_a_resumed_sample_continues_from_its_tokens_with_the_rest_of_its_budget_
     assert [sample.resumed for sample in samples] == [1, 1]
 
 
+def test_a_pause_under_the_same_weights_continues_the_sample_but_is_not_counted_as_resumed():
+    """A round of a step that ends before a sample does (data.mini_rollout_batch_size, online filtering), or a rollout
+    pool's validation or ReMax call, stops it under the weights it goes on with: async/resumed_share counted it as
+    continued after a weight sync, in a step whose tokens were all of one version. Only a new version counts."""
+    loop, engine = _loop()
+    loop.admit({"prompt_token_ids": [1, 2]}, None, [40], version=0, budget=10)
+    loop.submit(0, _params)
+    (first,) = list(engine.added)
+    loop.record([_output(first, [7, 8], False, None)], version=0)
+    loop.suspend()  # the round's groups were complete: this one stops
+    engine.added.clear()
+    assert loop.submit(0, _params) == 1  # the next round, same weights: it goes on from its tokens
+    (again,) = list(engine.added)
+    assert engine.added[again][0]["prompt_token_ids"] == [1, 2, 7, 8]
+    sample = loop.groups[0].samples[0]
+    assert sample.resumed == 0
+    loop.record([_output(again, [9], False, None)], version=0)
+    loop.suspend()  # the step's end; the next one samples under version 1
+    loop.submit(1, _params)
+    assert sample.resumed == 1 and sample.versions == [0, 0, 0]
+
+
 def test_outputs_are_recorded_with_their_version_log_probs_and_how_they_ended():
     loop, engine = _loop()
     loop.admit({"prompt_token_ids": [1]}, None, [3, 4], version=0, budget=3)

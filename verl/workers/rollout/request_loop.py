@@ -271,8 +271,8 @@ class RequestLoop:
                 request_id = f"{self.name}-{next(self._request_ids)}"
                 if sample.episode is not None and self.turns.waiting(sample):  # its environment step is running
                     continue
-                if sample.tokens:
-                    sample.resumed += 1
+                if sample.tokens and sample.versions[-1] != version:  # its tokens will span two policy versions
+                    sample.resumed += 1  # (not a pause under the same weights: a round of a step, a validation)
                 if sample.episode is not None:  # its turn, or the rest of a stopped one
                     prompt, max_tokens, seed = self.turns.request(group, sample)
                     engine_input = self.render(prompt)
