@@ -262,6 +262,35 @@ def test_arguments_written_as_a_json_string_are_an_object_in_vllms_formats_too()
         assert (step.tool_calls, step.tool_errors, step.messages) == (1, 0, [{"role": "tool", "content": "5"}])
 
 
+def test_a_final_answer_with_braces_logs_no_parser_traceback_in_a_json_call_format():
+    """Llama 3.1's JSON calls: vLLM's parser logged an exception's traceback for every turn with a brace that is no
+    call (`\\boxed{5}`, code), twice per final answer (the step, then the turn's record), filling a run's log. The
+    answer is still no call, and the parser's log outside our reads is left as it is."""
+    import logging
+
+    env = ToolEnv(tools=[add])
+    calls = (
+        '{% set call = message.tool_calls[0].function %}{"name": "{{ call.name }}", "parameters": '
+        "{{ call.arguments | tojson }}}"
+    )
+    env.tool_format = tool_call_format(_llama_with_calls(calls), env.tool_schemas())
+    parser_logger = logging.getLogger(type(env.tool_format._vllm).__module__)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    parser_logger.addHandler(handler)
+    try:
+        answer = "The sum is \\boxed{5} and {not json"
+        step = env.step(env.reset({}), answer)
+        assert step.done and step.tool_calls == 0
+        assert assistant_message(answer, env.tool_format)["content"] == answer
+        assert records == []
+        parser_logger.error("a line of the parser's own")  # elsewhere (vLLM's server) it logs as it did
+        assert [record.getMessage() for record in records] == ["a line of the parser's own"]
+    finally:
+        parser_logger.removeHandler(handler)
+
+
 def test_a_server_reads_calls_whose_tags_are_special_tokens_which_a_model_turn_loses():
     """A server reads the reply with its special tokens (as vLLM does); an episode's model turn is decoded without
     them, so calls whose tags are special tokens cannot be read there, which is refused naming why."""

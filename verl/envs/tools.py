@@ -8,6 +8,7 @@ tool-use rollouts" covers formats, limits and concurrency.
 """
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -15,7 +16,7 @@ import math
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl.envs.base import EnvStep, MultiTurnEnv
@@ -143,6 +144,7 @@ class ToolCallFormat:
             self._vllm = ToolParserManager.get_tool_parser(parser)(tokenizer)
             self._request = ChatCompletionRequest(model="", messages=[], tools=tools or None)
             self._lock = threading.Lock()  # a parser instance is not meant for concurrent calls
+            _PARSE_QUIET.install(type(self._vllm).__module__)
 
     def for_tools(self, tools: list[dict[str, Any]] | None) -> "ToolCallFormat":
         """This format for a request offering `tools` (vLLM's parsers type the arguments by their schemas)."""
@@ -166,7 +168,7 @@ class ToolCallFormat:
         last = rest.rfind(self.marker) if self.closing else -1
         if last >= 0 and self.closing not in rest[last:]:  # vLLM's parsers read what a cut call has so far
             rest, cut = rest[:last], rest[last:]
-        with self._lock:
+        with self._lock, _PARSE_QUIET.reading():
             found = self._vllm.extract_tool_calls(rest, self._request)
         calls = [_checked_call(call.function.name, call.function.arguments) for call in found.tool_calls or []]
         unread = rest.count(self.marker) - len(calls) if self.marker else 0
@@ -176,6 +178,37 @@ class ToolCallFormat:
         if not found.tools_called:
             return text, calls
         return text[:thought] + (found.content or "") + cut, calls
+
+
+class _QuietWhileReading(logging.Filter):
+    """Drops what a vLLM tool parser logs while `ToolCallFormat.read` runs it on this thread: Llama's JSON parser
+    logs an exception's traceback for every turn with a brace that is no call (`\\boxed{5}`), two per final answer
+    in a run's log; the reader reports a malformed call to the model itself. What the parser logs elsewhere (vLLM's
+    own server) passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+        self._installed: set[str] = set()
+
+    def install(self, logger_name: str) -> None:
+        if logger_name not in self._installed:
+            self._installed.add(logger_name)
+            logging.getLogger(logger_name).addFilter(self)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        self._local.on = True
+        try:
+            yield
+        finally:
+            self._local.on = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self._local, "on", False)
+
+
+_PARSE_QUIET = _QuietWhileReading()
 
 
 HERMES = ToolCallFormat()
