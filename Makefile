@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.install-stamp
 CHECK_DIRS := verl tests scripts examples benchmarks
 PYTEST_ARGS ?=
-# One torch/OpenMP thread per process: on 2 cores, more threads only contend (see shared notes).
+# One torch/OpenMP thread per process: the suite and a CPU run are many processes on few cores (pytest workers,
+# Ray workers, engines), and more threads per process only contend for the same cores.
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
