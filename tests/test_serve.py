@@ -672,6 +672,14 @@ def test_health_says_when_the_engine_can_no_longer_serve(scripted_server):
     assert error.value.code == 503
 
 
+def test_the_model_list_gives_the_context_length_as_vllms_server_does(scripted_server):
+    """GET /v1/models lacked max_model_len, which vLLM's own server lists and clients size their requests by."""
+    engine, url = scripted_server(["a"])
+    with urllib.request.urlopen(f"{url}/models", timeout=30) as response:
+        [model] = json.loads(response.read())["data"]
+    assert (model["id"], model["object"], model["max_model_len"]) == ("tiny", "model", engine.max_model_len)
+
+
 def test_a_client_that_leaves_a_stream_aborts_its_request(scripted_server):
     engine, url = scripted_server([str(i) for i in range(1000)])
     engine.delay = 0.01  # a token every 10 ms: the client is gone long before the end

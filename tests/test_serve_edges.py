@@ -635,3 +635,42 @@ def test_media_placeholders_stay_blocked_whatever_a_requests_logit_bias_says():
         engine, *check_completion({"model": "tiny", "prompt": [1, 2], "logit_bias": {"9": 50}}, "tiny")
     )
     assert engine.llm.added[-1][2].logit_bias == {9: -100.0}
+
+
+def test_a_video_url_is_sampled_as_training_samples_a_dataset_s_video(tmp_path):
+    """verl.serve read video URLs with vLLM's loader, 32 frames spread over the whole clip, while training samples
+    videos at data.video_fps: a 2 s clip of 17 frames was 17 frames served, 5 in training. vLLM's media connector, under the
+    media settings the server starts its engine with (--video-fps, training's default unless given), now gives the
+    frames and the metadata the rollout gives the engine for that video in a dataset."""
+    import base64
+
+    import numpy as np
+    from media_files import write_video
+    from vllm.multimodal.media.connector import MediaConnector
+
+    from verl.data.multimodal import load_video, video_metadata
+    from verl.serve import chat
+    from verl.trainer.config import DataConfig
+    from verl.workers.rollout import vllm_compat
+
+    data = DataConfig()
+    path = write_video(str(tmp_path / "clip.mp4"), num_frames=17, rate=8)  # 2.125 s
+    url = "data:video/*;base64," + base64.b64encode(open(path, "rb").read()).decode()  # as fetch_remote_media writes
+    assert chat.DEFAULT_VIDEO_FPS == data.video_fps and chat.VIDEO_PIXELS == (data.min_pixels, data.max_pixels)
+    for fps in (data.video_fps, 1.0):
+        connector = MediaConnector(vllm_compat.video_media_io_kwargs(fps, data.min_pixels, data.max_pixels))
+        frames, metadata = connector.fetch_video(url).media
+        trained = load_video(path, fps, data.min_pixels, data.max_pixels)
+        assert len(trained) == math.ceil(17 / 8 * fps)
+        np.testing.assert_array_equal(frames, trained)
+        assert metadata == {**video_metadata(trained, fps), "do_sample_frames": False}  # as vllm_rollout gives it
+    assert len(MediaConnector().fetch_video(url).media[0]) == 17  # vLLM's own loader: up to 32, whatever the rate
+
+
+def test_a_video_rate_that_is_not_positive_is_refused_before_the_engine(capsys):
+    from verl.serve import server
+
+    for rate in ("0", "nan"):
+        with pytest.raises(SystemExit):
+            server.main(["--model", "no/such-model", "--video-fps", rate])
+        assert "--video-fps must be a positive number" in capsys.readouterr().err

@@ -176,6 +176,28 @@ def test_targets_only_the_vision_side_has_are_refused_unless_it_gets_adapters(mo
     assert any(layer.endswith("attn.qkv") for layer in layers) and any(layer.endswith("q_proj") for layer in layers)
 
 
+def test_a_vl_model_s_whole_module_names_are_checked_as_the_actor_injects_them(models, tmp_path):
+    """Qwen2.5-VL's checkpoint stores the layer model.language_model.layers.0.self_attn.q_proj as
+    model.layers.0.self_attn.q_proj. The config check matched the weight names: it refused the layer's whole name,
+    which the actor adapts, and passed the stored one, which no layer of the actor's model has. Now one rule, the
+    built model's module names, decides both."""
+    from verl.trainer.config import load_config
+    from verl.utils.config import ConfigError
+
+    rl = _lora_run_args(tmp_path, models["qwen2_5_vl"])
+    module, stored = "model.language_model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.q_proj"
+    for targets in (module, f"{module},v_proj", "language_model.layers.1.mlp.down_proj"):
+        assert load_config([*rl, f"worker.actor.model.lora.target_modules={targets}"]).worker.actor.model.lora.rank
+    assert _adapted_layers(_adapted(models["qwen2_5_vl"], vision_language=True, target_modules=module)) == {module}
+    with pytest.raises(ValueError):  # as the actor fails on it
+        _adapted(models["qwen2_5_vl"], vision_language=True, target_modules=stored)
+    for targets in (stored, r".*language_model.*\.q_proj"):  # (no regular expressions: names, as peft's lists)
+        with pytest.raises(ConfigError, match=r"^worker.actor.model.lora.target_modules names .*, which no layer"):
+            load_config([*rl, f"worker.actor.model.lora.target_modules={targets}"])
+    with pytest.raises(ConfigError, match=rf"\(a layer it has: {module}\)"):
+        load_config([*rl, f"worker.actor.model.lora.target_modules={stored}"])
+
+
 @pytest.mark.filterwarnings("ignore:The following (rank|alpha)_pattern keys did not match:RuntimeWarning")
 def test_a_mixture_of_experts_is_refused_before_training(tmp_path):
     """peft adapts the fused 3-D expert tensors of a transformers MoE, which the merge does not handle: LoRA SFT of a

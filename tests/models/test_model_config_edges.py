@@ -76,11 +76,14 @@ def test_untying_a_model_whose_weights_are_not_safetensors_is_left_to_the_worker
 
 
 def test_a_target_given_as_a_whole_module_name_matches(qwen2):
+    from verl.models.lora import check_lora_injection
+
     lora = model_config.LoraConfig(rank=8, target_modules="model.layers.0.self_attn.q_proj, v_proj")
-    assert model_config.unmatched_targets(qwen2, lora) == []
     model_config.ModelConfig(model_path=qwen2, lora=lora).check_files("m.")
+    check_lora_injection(model_config.ModelConfig(model_path=qwen2, lora=lora), "m.")
     lora = model_config.LoraConfig(rank=8, target_modules="layers.9.self_attn.q_proj")
-    assert model_config.unmatched_targets(qwen2, lora) == ["layers.9.self_attn.q_proj"]
+    with pytest.raises(ConfigError, match=r"^m.lora.target_modules names layers.9.self_attn.q_proj, which no layer"):
+        check_lora_injection(model_config.ModelConfig(model_path=qwen2, lora=lora), "m.")
 
 
 def test_a_name_with_two_slashes_is_said_to_be_no_hub_id_for_its_slashes(tmp_path, monkeypatch):

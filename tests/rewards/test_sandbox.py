@@ -243,6 +243,32 @@ def test_exit_codes_and_signals() -> None:
     assert (killed.status, killed.returncode) == ("killed", -15)
 
 
+def test_an_exit_code_of_128_plus_n_is_not_taken_for_signal_n() -> None:
+    """bwrap reports a child killed by signal N as exit code 128 + N; a program that exits so by itself claims no
+    kill, CPU limit (SIGXCPU) or output limit (SIGXFSZ), and a real kill still reads as one."""
+    for code in (137, 152, 153):
+        result = run_python(f"import sys\nsys.exit({code})")
+        assert (result.status, result.returncode) == ("error", code), result.stderr
+    killed = run_python("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert (killed.status, killed.returncode) == ("killed", -9)
+    # killing what relays its status leaves a plain exit code, never a verdict
+    forged = run_python("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos._exit(152)")
+    assert forged.status == "error" and forged.returncode > 0, (forged.status, forged.returncode)
+
+
+def test_a_wall_limit_above_the_sample_s_budget_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A case gets at most what is left of sample_wall_s: with wall_s=3 and sample_wall_s=1, a case that sleeps 2 s
+    times out at about 1 s, never at 3 s. That cap is said once, not per sample."""
+    harness._warn_wall_capped.cache_clear()
+    limits = SandboxLimits(wall_s=3.0, sample_wall_s=1.0)
+    with caplog.at_level(logging.WARNING, logger=harness.__name__):
+        [result] = sandbox.run_python_cases("import time\ntime.sleep(2)\n", [""], limits)
+        sandbox.run_python_cases("print(1)\n", [""], limits)
+    assert result.status == "timeout", (result.status, result.stderr)
+    warned = [record.getMessage() for record in caplog.records if "exceeds sample_wall_s" in record.getMessage()]
+    assert len(warned) == 1 and "wall_s=3.0" in warned[0], caplog.text
+
+
 def test_programs_run_at_a_lower_priority_than_the_trainer() -> None:
     """SandboxLimits.nice: sandboxed programs (and each case's child) yield the CPU to the trainer's processes."""
     expected = min(os.nice(0) + 7, 19)

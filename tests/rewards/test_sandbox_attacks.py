@@ -8,6 +8,7 @@ import errno
 import glob
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -744,9 +745,9 @@ KERNEL_CALLS = SYSCALL + textwrap.dedent(
     """
 )
 NR = {"x86_64": {"clone": 56, "unshare": 272, "fanotify_init": 300, "io_setup": 206, "io_uring_setup": 425,
-                 "fallocate": 285, "userfaultfd": 323, "perf_event_open": 298, "sysinfo": 99},
+                 "fallocate": 285, "userfaultfd": 323, "perf_event_open": 298, "sysinfo": 99, "syslog": 103},
       "aarch64": {"clone": 220, "unshare": 97, "fanotify_init": 262, "io_setup": 0, "io_uring_setup": 425,
-                  "fallocate": 47, "userfaultfd": 282, "perf_event_open": 241, "sysinfo": 179}}  # fmt: skip
+                  "fallocate": 47, "userfaultfd": 282, "perf_event_open": 241, "sysinfo": 179, "syslog": 116}}  # fmt: skip
 
 
 def _kernel_calls(body: str) -> str:
@@ -792,6 +793,32 @@ def test_the_machine_wide_counters_of_sysinfo_are_refused() -> None:
     for limits in (SandboxLimits(), SandboxLimits(isolation="namespaces")):
         for result in (*run_python_cases(program, [""], limits), run_python(program, limits=limits)):
             assert (result.status, result.stdout) == ("ok", "took []\n"), (limits.isolation, result.stderr)
+
+
+@pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
+@pytest.mark.skipif(os.geteuid() != 0, reason="without CAP_SYSLOG the kernel refuses syslog(2) itself")
+def test_the_kernel_log_is_refused_even_to_a_process_that_may_read_it() -> None:
+    """syslog(2): the kernel log holds other runs' lines (a crash names its process, whose name a program sets), read
+    where kernel.dmesg_restrict is 0, or cleared by a program that has CAP_SYSLOG. A process of the trainer (root, so
+    the kernel would allow it) installs the filter as the sandbox does: then the call is refused."""
+    code = textwrap.dedent(
+        f"""
+        import ctypes
+        from verl.rewards.sandbox import plans
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        def buffer_size():  # SYSLOG_ACTION_SIZE_BUFFER
+            size = libc.syscall({NR.get(os.uname().machine, NR["x86_64"])["syslog"]}, 10, None, 0)
+            return size if size >= 0 else -ctypes.get_errno()
+        before = buffer_size()
+        assert plans._PRCTL(plans._PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+        assert plans._PRCTL(plans._PR_SET_SECCOMP, plans._SECCOMP_MODE_FILTER, ctypes.addressof(plans._FPROG), 0, 0) == 0
+        print(before > 0, buffer_size())
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.split() == ["True", str(-errno.EPERM)], done.stderr
 
 
 @pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")

@@ -11,7 +11,7 @@ import math
 import os
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -272,8 +272,6 @@ def load_video(
     the stream's display rotation, as players and vLLM's video loader turn them (a phone's portrait clip was seen
     sideways, as its photos were before `to_rgb`). Decoding streams; only kept frames are converted. A video of more
     than `max_frames` frames (0: no limit) at `fps` is a ValueError, raised once that many are held."""
-    import av  # imported here: only video datasets need it
-
     if fps <= 0:
         raise ValueError(f"data.video_fps must be positive, got {fps}")
     path = resolve_path(path, video_dir)
@@ -285,6 +283,24 @@ def load_video(
     if not os.path.isfile(path):
         where = f" (data.image_dir is {video_dir!r})" if video_dir else " (data.image_dir is not set)"
         raise FileNotFoundError(f"video file {path!r} does not exist{where}")
+    return decode_video(path, fps, min_pixels, max_pixels, max_frames)
+
+
+def decode_video(
+    source: str | IO[bytes],
+    fps: float,
+    min_pixels: int | None,
+    max_pixels: int | None,
+    max_frames: int = 0,
+    name: str | None = None,
+) -> np.ndarray:
+    """`load_video`'s decoding of a video file or a file object of its bytes (`name` says which in errors), as
+    training samples it: the frames at exactly `fps`."""
+    import av  # imported here: only video datasets need it
+
+    if fps <= 0:
+        raise ValueError(f"data.video_fps must be positive, got {fps}")
+    path = name if name is not None else source if isinstance(source, str) else "<video bytes>"
     frames: list[np.ndarray] = []
     held, held_rgb, held_time = None, None, 0.0
 
@@ -305,7 +321,7 @@ def load_video(
                     held_rgb = np.ascontiguousarray(np.rot90(held_rgb, turns))
             frames.append(held_rgb)
 
-    with av.open(path) as container:
+    with av.open(source) as container:
         if not container.streams.video:
             raise ValueError(f"file {path!r} has no video stream")
         stream = container.streams.video[0]

@@ -162,7 +162,10 @@ class LoraConfig:
     target_modules: str = "all-linear"
     """Modules that receive adapters: "all-linear" (every linear layer but the LM head and an audio tower's, which no
     data here reaches, and on a Mamba hybrid such as Falcon-H1 but its mixers' out_proj, which peft does not adapt) or a comma-separated list
-    of module names such as "q_proj,v_proj" (linear layers; not the embeddings, nor an LM head tied to them)."""
+    of module names such as "q_proj,v_proj" (linear layers; not the embeddings, nor an LM head tied to them). A name
+    matches a module's whole name or its last parts, in the model as transformers builds it (not regular expressions,
+    and not the checkpoint's weight names where they differ: a Qwen2.5-VL layer is
+    "model.language_model.layers.0.self_attn.q_proj", stored as "model.layers.0.self_attn.q_proj")."""
     exclude_modules: str | None = None
     """Regular expression that a module's whole name (e.g. "model.layers.0.mlp.up_proj") must match to be left
     without adapters, e.g. ".*mlp.*" (a bare "mlp" matches no module)."""
@@ -271,20 +274,6 @@ class ModelConfig:
                     "embeddings (tie_word_embeddings): an adapter on it would not reach the rollout engine or the "
                     "export. Leave lm_head out."
                 )
-        targets = self.lora.target_modules
-        modules = weight_modules(self.model_path) if self.lora.rank > 0 and targets != "all-linear" else set()
-        if unmatched := unmatched_names(targets, modules) if modules else []:  # (the safetensors headers read once)
-            raise ConfigError(
-                f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key}="
-                f"'{self.model_path}' has (its weight names); check the spelling against the model's modules."
-            )
-        vision_side = "vision_config" in model_config and modules and not self.lora.vision_tower
-        if vision_side and (tower_only := vision_side_targets(targets, modules)):
-            raise ConfigError(
-                f"{prefix}lora.target_modules names {', '.join(tower_only)}, which only the vision tower or projector "
-                f"of {key}='{self.model_path}' has, and they get no adapters unless {prefix}lora.vision_tower=true: "
-                "set it, or leave those names out."
-            )
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 
@@ -312,27 +301,6 @@ class ModelConfig:
                     )
 
 
-def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
-    """The names in `lora.target_modules` that no layer of the model at `model_path` has, as peft matches them (the
-    module's name, or its last parts), read from the weight names of its safetensors files (their headers: no model
-    is built). [] for "all-linear", or where the weights cannot be read here (the workers then say it)."""
-    if lora.target_modules == "all-linear":  # (no file read)
-        return []
-    modules = weight_modules(model_path)
-    return unmatched_names(lora.target_modules, modules) if modules else []
-
-
-def weight_modules(model_path: str) -> set[str]:
-    """The dotted names (each starting with a dot) of the modules holding the weights of the model at `model_path`,
-    from its safetensors headers; empty where they cannot be read here."""
-    from verl.utils.hub import safetensors_shapes
-
-    try:
-        return {"." + name.rsplit(".", 1)[0] for name in safetensors_shapes(model_path)}
-    except Exception:  # an unreadable file
-        return set()
-
-
 VISION_SIDE_PATTERN = r".*(visual|vision_tower|vision_model|multi_modal_projector|embed_vision).*"
 """The vision side of a VLM: its tower and the projector into the language model (inside `visual` for Qwen and GLM,
 beside it for InternVL, LLaVA, Mistral 3 and Gemma 4), without adapters unless lora.vision_tower: the engine's
@@ -340,8 +308,8 @@ adapter sync (vLLM) serves language-model adapters only."""
 
 
 def vision_side_targets(target_modules: str, modules: set[str]) -> list[str]:
-    """The names in `target_modules` that only the vision side (VISION_SIDE_PATTERN) of a VLM whose weights are in
-    `modules` (`weight_modules`) has; [] for "all-linear"."""
+    """The names in `target_modules` that only the vision side (VISION_SIDE_PATTERN) of a VLM whose modules are
+    `modules` (dotted names each starting with a dot) has; [] for "all-linear"."""
     language = {module for module in modules if not re.fullmatch(VISION_SIDE_PATTERN, module[1:])}
     nowhere = set(unmatched_names(target_modules, modules))
     return [name for name in unmatched_names(target_modules, language) if name not in nowhere]

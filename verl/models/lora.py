@@ -16,7 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.models.config import FUSED_EXPERTS_LORA, VISION_SIDE_PATTERN, LoraConfig, ModelConfig, unmatched_names
+from verl.models.config import (
+    FUSED_EXPERTS_LORA,
+    VISION_SIDE_PATTERN,
+    LoraConfig,
+    ModelConfig,
+    unmatched_names,
+    vision_side_targets,
+)
 from verl.utils.config import ConfigError
 
 
@@ -78,8 +85,10 @@ def check_lora_injection(model: ModelConfig, prefix: str) -> None:
     too), and its exclude_modules (a regular expression over module names, which the weight names do not always give)
     must leave an adapter on every one of them. The adapters are injected into the local model built on the meta
     device (no weights read), as the workers inject them: peft's refusals ("All modules were excluded", "Target module
-    Qwen2RMSNorm() is not supported") came from every worker after Ray had started. `all-linear` without exclusions
-    and hub ids are left to the workers."""
+    Qwen2RMSNorm() is not supported") came from every worker after Ray had started. The names are checked against the
+    module names of that model, the actor's: the weight names of a VL checkpoint differ ("model.layers.0..." for the
+    module "model.language_model.layers.0..."), so a check on them refused the actor's names and passed names no
+    actor layer has. `all-linear` without exclusions and hub ids are left to the workers."""
     lora = model.lora
     if lora.rank <= 0 or (lora.target_modules == "all-linear" and lora.exclude_modules is None):
         return
@@ -92,12 +101,36 @@ def check_lora_injection(model: ModelConfig, prefix: str) -> None:
         built = build_model(model, device="meta")
     except Exception:  # a config transformers cannot build here: the workers say what is wrong with it
         return
+    vision_language = get_vision_tower(built) is not None
+    layers = {"." + name for name, _ in built.named_modules() if name}
+    key = f"{prefix}model_path='{model.model_path}'"
+    if unmatched := unmatched_names(lora.target_modules, layers):
+        like = next(filter(None, (_module_like(name, layers) for name in unmatched)), None)
+        raise ConfigError(
+            f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key} has as transformers "
+            f"builds it{f' (a layer it has: {like})' if like else ''}; check the spelling against the model's module "
+            "names."
+        )
+    if vision_language and not lora.vision_tower and (tower_only := vision_side_targets(lora.target_modules, layers)):
+        raise ConfigError(
+            f"{prefix}lora.target_modules names {', '.join(tower_only)}, which only the vision tower or projector "
+            f"of {key} has, and they get no adapters unless {prefix}lora.vision_tower=true: set it, or leave those "
+            "names out."
+        )
     try:
-        apply_lora(built, lora, get_vision_tower(built) is not None, model.model_path, f"{prefix}lora")
+        apply_lora(built, lora, vision_language, model.model_path, f"{prefix}lora")
     except ValueError as error:
         raise ConfigError(str(error)) from None
     except NotImplementedError:  # adapters on fused experts: the sections' mixture-of-experts checks say it
         return
+
+
+def _module_like(name: str, layers: set[str]) -> str | None:
+    """A module of `layers` with the last part of `name` (e.g. the module path of a checkpoint's weight name)."""
+    last = "." + name.rsplit(".", 1)[-1]
+    return next(
+        (layer[1:] for layer in sorted(layers, key=lambda layer: (len(layer), layer)) if layer.endswith(last)), None
+    )
 
 
 def apply_lora(

@@ -25,6 +25,7 @@ from verl.serve.request_checks import (
     ranked,
     token_usage,
 )
+from verl.trainer.config import DataConfig
 
 
 logger = logging.getLogger(__name__)
@@ -239,6 +240,13 @@ def _media_url(part: Any) -> tuple[str, str] | None:
     return None
 
 
+def _parts(messages: Any) -> Iterator[Any]:
+    """The content parts of `messages` (those whose content is a list of parts)."""
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        yield from content if isinstance(content, list) else []
+
+
 def fetch_remote_media(messages: Any) -> None:
     """Turn the http(s) media URLs of `messages`' content parts into data URLs of what they hold, fetched on the
     calling (request) thread. vLLM would fetch them while rendering the prompt, on the engine thread, and every other
@@ -312,6 +320,12 @@ def tool_as_sent(tool: Any) -> dict[str, Any]:
     return dumped
 
 
+DEFAULT_VIDEO_FPS = DataConfig.video_fps
+"""verl.serve's --video-fps: the rate training samples videos at by default (data.video_fps)."""
+VIDEO_PIXELS = (DataConfig.min_pixels, DataConfig.max_pixels)
+"""The pixel budget a video URL's frames are resized within: training's defaults (data.min_pixels, data.max_pixels)."""
+
+
 class ChatEngine:
     """A vLLM engine answering chat completion requests, all it holds in one batch. Requests are rendered as
     `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
@@ -322,7 +336,18 @@ class ChatEngine:
     media_bias: dict[int, float] | None = None
     """logit_bias that keeps a vision-language model from generating its media placeholders (None: a text model)."""
 
-    def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
+    video_fps: float = DEFAULT_VIDEO_FPS
+    """The rate video URLs are sampled at, as training samples a dataset's videos at data.video_fps."""
+
+    def __init__(
+        self,
+        model: str,
+        name: str,
+        max_model_len: int,
+        kv_cache_mb: int | None,
+        dtype: str,
+        video_fps: float = DEFAULT_VIDEO_FPS,
+    ) -> None:
         from verl.utils import device
 
         dtype = DTYPES[dtype]
@@ -346,6 +371,9 @@ class ChatEngine:
         from verl.models.config import read_model_config
         from verl.workers.rollout import vllm_compat
 
+        # video URLs decoded as training decodes a dataset's videos (the frames, their rate, the pixel budget)
+        kwargs["media_io_kwargs"] = vllm_compat.video_media_io_kwargs(video_fps, *VIDEO_PIXELS)
+        self.video_fps = video_fps
         # as the rollout starts an engine of this family (on the CPU: Qwen3.5's Gated DeltaNet in bf16, every request
         # failed "CPU GDN attention requires BF16."; Falcon-H1 without prefix caching, a new long prompt was a 500)
         family = vllm_compat.family_engine_kwargs(read_model_config("--model", model), on_cpu)
@@ -419,7 +447,11 @@ class ChatEngine:
             if self.tool_format is None:
                 raise RequestError(f"This server cannot read the model's tool calls: {self.tool_error}")
             tools = self.tool_format.for_tools(tool_dicts)
-        prompt = vllm_compat.render_chat(self.llm, request.messages, tool_dicts, request.chat_template_kwargs)
+        videos = any((_media_url(part) or ("",))[0] == "video_url" for part in _parts(request.messages))
+        processor_kwargs = {"fps": self.video_fps} if videos else None  # as the rollout gives a video's prompt
+        prompt = vllm_compat.render_chat(
+            self.llm, request.messages, tool_dicts, request.chat_template_kwargs, processor_kwargs
+        )
         prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
         prompt_tokens = None if prompt_ids is None else len(prompt_ids)
         room = self.max_model_len if prompt_tokens is None else self.max_model_len - prompt_tokens

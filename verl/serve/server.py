@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -153,6 +154,7 @@ def make_app(engine: Any) -> Any:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         model = {"id": engine.name, "object": "model", "created": created, "owned_by": "verl"}
+        model["max_model_len"] = engine.max_model_len  # (vLLM's server lists it: clients size requests by it)
         return {"object": "list", "data": [model]}
 
     def route(check: Callable[..., tuple], complete: Callable, stream: Callable, named: bool = False) -> Callable:
@@ -258,10 +260,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype", default="auto", choices=sorted(chat.DTYPES), help="weights dtype (auto: the model's; fp32 on CPU)"
     )
+    parser.add_argument(
+        "--video-fps",
+        type=float,
+        default=chat.DEFAULT_VIDEO_FPS,
+        help="frames per second sampled from video URLs, as training's data.video_fps (default %(default)s: "
+        "training's default); give the run's own value",
+    )
     args = parser.parse_args(argv)
     # checked before the engine starts, whose own errors are tracebacks
     if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
         parser.error("--max-model-len and --kv-cache-mb must be positive.")
+    if not math.isfinite(args.video_fps) or args.video_fps <= 0:
+        parser.error(f"--video-fps must be a positive number, got {args.video_fps}.")
     from verl.models.config import model_folder_problem
 
     problem = model_folder_problem(args.model, "--model")  # missing, incomplete or a training checkpoint
@@ -286,8 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     from verl.workers.rollout.vllm_compat import EngineSettingError
 
     try:
+        name = args.served_model_name or args.model
         engine = chat.ChatEngine(
-            args.model, args.served_model_name or args.model, args.max_model_len, args.kv_cache_mb, args.dtype
+            args.model, name, args.max_model_len, args.kv_cache_mb, args.dtype, video_fps=args.video_fps
         )
     except EngineSettingError as error:
         bound.close()

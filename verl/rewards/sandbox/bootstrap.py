@@ -25,6 +25,9 @@ OPEN_FILES_ENV = "VERL_SANDBOX_OPEN_FILES"
 """The program's RLIMIT_NOFILE, set once only its own descriptors are left (a case's: 0, 1 and 2)."""
 TMPFS_INODES_ENV = "VERL_SANDBOX_TMPFS_INODES"
 """Under bwrap as root: the inodes of each private tmpfs, remounted before the bootstrap drops to the run's uid."""
+STATUS_FD_ENV = "VERL_SANDBOX_STATUS_FD"
+"""Under bwrap, without a harness: the descriptor the bootstrap writes the program's wait status to (_relay). bwrap
+reports a child killed by signal N as exit code 128 + N, which a program can also exit with by itself."""
 TMPFS = ("/tmp", "/dev/shm")
 """The private tmpfs bwrap mounts besides the working directory (bwrap.py)."""
 IMPORTED_AS = "solution"
@@ -115,6 +118,26 @@ def _supervise(close):
                 os._exit(0)
     os.close(read_end)
     os.close(write_end)
+
+
+def _relay(status_fd):
+    # The program runs in a forked child; this process waits for it, writes its wait status to `status_fd` (which
+    # only the trainer reads, and the program never holds) and ends like it. Undumpable, so a program of the same uid
+    # can neither ptrace it nor open its descriptors through /proc: it can kill it, and then no status is written.
+    program = os.fork()
+    if program == 0:
+        os.close(status_fd)
+        return
+    try:
+        _prctl(4, 0)  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        pass  # still relayed, but a program of the same uid could then ptrace this process
+    while True:
+        pid, status = os.waitpid(program, 0)
+        if pid == program:
+            break
+    os.write(status_fd, b"%d" % status)
+    _exit_like(status)
 
 
 def _source_lines(path, text):
@@ -633,6 +656,7 @@ def _main():
     os.environ.pop("PWD", None)  # bwrap sets it; a run's environment is only what the trainer gives
     manifest = _manifest(sys.argv[4]) if len(sys.argv) > 4 else None
     open_files = int(os.environ.pop(OPEN_FILES_ENV, "0"))
+    status_fd = int(os.environ.pop(STATUS_FD_ENV, "-1"))
     path = os.path.join(workdir or os.getcwd(), program)
     sys.argv = [path]
     with open(program, "rb") as file:
@@ -646,6 +670,8 @@ def _main():
     network = not host_network or _namespace("net") in ("", host_network)
     if own_pids:
         _supervise(inherited)
+    if status_fd >= 0:
+        _relay(status_fd)
     if manifest is not None:
         case = _harness(source, path, manifest, own_pids or not shared_uid)
     if network or (shared_uid and not own_pids):

@@ -171,6 +171,8 @@ _HARNESS_REFUSED = threading.Event()
 def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
     """All `cases`, CASES_PER_PROCESS per process, within limits.sample_wall_s in all; a process that stops early
     leaves the rest to a fresh one, and the cases left when the budget is spent are timed out without running."""
+    if limits.wall_s > limits.sample_wall_s:
+        _warn_wall_capped(limits.wall_s, limits.sample_wall_s)
     results: list[SandboxResult] = []
     deadline, stretch = time.monotonic() + limits.sample_wall_s, (WAIT_CAP - 1) * limits.sample_wall_s
     while len(results) < len(cases):
@@ -200,6 +202,18 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
         waited = min(waited, stretch)  # as the harness stretched its own budget
         deadline, stretch = deadline + waited, stretch - waited
     return results
+
+
+@functools.cache
+def _warn_wall_capped(wall_s: float, sample_wall_s: float) -> None:
+    """Once per pair of limits: a case never gets wall_s when all of a program's cases get less."""
+    logger.warning(
+        "SandboxLimits.wall_s=%s exceeds sample_wall_s=%s: all cases of one program share sample_wall_s, so no case "
+        "gets more than %s s; raise sample_wall_s to at least wall_s.",
+        wall_s,
+        sample_wall_s,
+        sample_wall_s,
+    )
 
 
 def _not_run(limits: SandboxLimits) -> SandboxResult:

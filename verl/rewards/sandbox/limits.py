@@ -44,7 +44,8 @@ class SandboxLimits:
     sample_wall_s: float = 20.0
     """Seconds all cases of one program may take together, counted as wall_s is: each case gets what is left (at most
     wall_s), and cases left once it is spent time out unrun. Bounds a sample's cost whatever its case count; not applied by
-    sandbox_fusion."""
+    sandbox_fusion. A wall_s above it is never reached by a case (run_python_cases logs a warning); a single run
+    (run_python) has only wall_s."""
     max_open_files: int = 64
     """RLIMIT_NOFILE of each of the program's processes (set just before its code runs). It also bounds what a run
     can queue in AF_UNIX sockets where no cgroup charges it: one default socket buffer per descriptor, as seccomp

@@ -233,13 +233,18 @@ class _Interpreter:
     """No process of the run was created before this (wall clock: psutil's create_time may be off by a second)."""
     start: float
     """When the interpreter was started (monotonic clock)."""
+    status_fd: int | None = None
+    """Where the bootstrap writes the program's wait status (bootstrap.STATUS_FD_ENV), when it relays one."""
 
     def end(
         self, setup: _ChildSetup, cgroup: cgroups.RunCgroup | None = None
     ) -> tuple[int, resource.struct_rusage, float]:
         """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else the run's uid
-        or marker); returns the program's exit code (bwrap's 128 + N, how it reports death by signal N, read back as
-        -N), resource usage and reaping time."""
+        or marker); returns the program's exit code, resource usage and reaping time.
+
+        bwrap reports death by signal N as exit code 128 + N, as a program may exit by itself: where the bootstrap
+        relays the program's wait status (`status_fd`) that status decides, and without one (the program killed its
+        relay) the code stands as an exit code; a harness's 128 + N (it never exits so) is read back as -N."""
         kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
         if cgroup is not None:
             cgroup.kill_all()
@@ -248,9 +253,28 @@ class _Interpreter:
         self.process.returncode = returncode = os.waitstatus_to_exitcode(status)
         if cgroup is None or not cgroup.kill_all():
             _clean_up(self.sandbox_id, setup.uid, self.since)
-        if setup.bwrap and 128 < returncode < 128 + signal.NSIG:
+        if self.status_fd is not None:
+            relayed = _read_status(self.status_fd)
+            if relayed is not None:
+                returncode = relayed
+        elif setup.bwrap and 128 < returncode < 128 + signal.NSIG:
             returncode = 128 - returncode
         return returncode, usage, reaped
+
+
+def _read_status(fd: int) -> int | None:
+    """The exit code in the wait status the bootstrap relayed on `fd` (closed here), or None where none came."""
+    try:
+        os.set_blocking(fd, False)
+        data = os.read(fd, 64)
+    except OSError:
+        data = b""
+    finally:
+        os.close(fd)
+    try:
+        return os.waitstatus_to_exitcode(int(data))
+    except ValueError:
+        return None
 
 
 def _start_interpreter(
@@ -263,7 +287,8 @@ def _start_interpreter(
     pass_fds: tuple[int, ...] = (),
 ) -> _Interpreter:
     """Write `code` into the scratch directory and start the sandboxed interpreter on it through the bootstrap (as
-    the harness, given a manifest), in a session of its own, set up by `setup`."""
+    the harness, given a manifest), in a session of its own, set up by `setup`. Under bwrap without a manifest the
+    bootstrap relays the program's wait status (`_Interpreter.status_fd`)."""
     sandbox_id = uuid.uuid4().hex
     with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
         program.write(code)
@@ -274,7 +299,11 @@ def _start_interpreter(
         env[bootstrap.OPEN_FILES_ENV] = str(setup.open_files)
     if setup.tmpfs_inodes:
         env[bootstrap.TMPFS_INODES_ENV] = str(setup.tmpfs_inodes)
-    filter_fd = None
+    filter_fd = status_write = status_read = None
+    if setup.bwrap and not manifest:
+        status_read, status_write = os.pipe()
+        env[bootstrap.STATUS_FD_ENV] = str(status_write)
+        pass_fds = (*pass_fds, status_write)
     if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
         privileged = setup.uid is not None
         if SECCOMP_FILTER:  # bwrap reads the filter from a pipe and installs it just before the interpreter starts
@@ -302,10 +331,15 @@ def _start_interpreter(
             close_fds=True,
             pass_fds=pass_fds,
         )
+    except BaseException:
+        if status_read is not None:
+            os.close(status_read)
+        raise
     finally:
-        if filter_fd is not None:
-            os.close(filter_fd)
-    return _Interpreter(process, sandbox_id, since, start)
+        for fd in (filter_fd, status_write):
+            if fd is not None:
+                os.close(fd)
+    return _Interpreter(process, sandbox_id, since, start, status_read)
 
 
 def read_only_copy(file: IO[bytes]) -> int:
@@ -361,7 +395,8 @@ def _child_setup(
     harness: bool = False,
     cgroup: cgroups.RunCgroup | None = None,
 ) -> _ChildSetup:
-    """The child's setup; with `harness`, one more process in the budget, so each case's program gets the same."""
+    """The child's setup; with `harness`, one more process in the budget (the harness, or under bwrap the bootstrap
+    that relays a single program's status), so the program gets the same."""
     cpu_soft = max(1, math.ceil(limits.cpu_s))
     cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
     inodes_uncharged = bool(plan.bwrap) and uid is not None and cgroup is None  # the bootstrap is root: it remounts
@@ -398,7 +433,7 @@ def _workspace(
             slot = _SLOTS.claim()
         uid = None if slot is None else UID_BASE + slot
         if cgroups.available():
-            # the program, its children, bwrap and its init (2), and the harness when there is one
+            # the program, its children, bwrap and its init (2), and the harness or status relay when there is one
             budget = limits.max_processes + 2 + (1 if harness else 0)
             cgroup = cgroups.RunCgroup((limits.memory_mb + CGROUP_OVERHEAD_MB) * 2**20, budget)
         setup = _child_setup(limits, plan, uid, harness=harness, cgroup=cgroup)
@@ -419,7 +454,7 @@ def _workspace(
 def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
     # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
     with (
-        _workspace(limits, plan) as (scratch, setup, cgroup),
+        _workspace(limits, plan, harness=bool(plan.bwrap)) as (scratch, setup, cgroup),
         tempfile.TemporaryFile(dir=scratch) as stdin_file,
         tempfile.TemporaryFile(dir=scratch) as stdout_file,
         tempfile.TemporaryFile(dir=scratch) as stderr_file,

@@ -21,8 +21,15 @@ cgroup charges:
   kernel-exploit step): no judged program needs them, and Docker refuses them too.
 - `sysinfo`: the machine's process count, free memory and load averages (what /proc/stat, /proc/meminfo and
   /proc/loadavg, hidden, would show), whatever the namespaces: a concurrent run's processes or memory show there.
+- `syslog`: the kernel log holds other runs' lines (a crash's "segfault" line names the process, whose name a
+  program sets), readable where kernel.dmesg_restrict is 0; a program with CAP_SYSLOG could also clear it or change
+  the console's level (Docker refuses it too).
 - `fallocate` answers EOPNOTSUPP (glibc then writes, within RLIMIT_FSIZE): FALLOC_FL_KEEP_SIZE would allocate past
   the size limit on the trainer's files the program writes (its stderr).
+
+Not refused: `statfs`/`fstatfs`, although they give the free blocks and inodes of the host filesystems a run sees
+(its stderr file, the read-only system folders), which other runs' output moves: glibc's posix_fallocate emulation
+(after the EOPNOTSUPP above) reads the block size with fstatfs, and honest programs call it.
 
 The filter is classic BPF (bwrap's `--seccomp FD`, `prctl(PR_SET_SECCOMP)`): another architecture is killed (its
 call numbers differ), x32 calls on x86_64 and the calls above are refused, the rest allowed. Only x86_64 and aarch64
@@ -84,6 +91,7 @@ _REFUSED = {
     "bpf": (321, 280),
     "userfaultfd": (323, 282),
     "sysinfo": (99, 179),
+    "syslog": (103, 116),
 }
 _CHECKED = {
     "fcntl": (72, 25),

@@ -501,11 +501,43 @@ def render_chat(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any] | None = None,
+    processor_kwargs: dict[str, Any] | None = None,
 ) -> Any:
-    """The engine input `LLM.chat` would make of `messages` (`template_kwargs`: the chat template's extra variables),
-    without generating (`verl.serve` steps the engine itself to stream), via `LLM._preprocess_chat_one` (vLLM 0.26,
-    0.32)."""
-    return llm._preprocess_chat_one(messages, tools=tools, chat_template_kwargs=template_kwargs)
+    """The engine input `LLM.chat` would make of `messages` (`template_kwargs`: the chat template's extra variables;
+    `processor_kwargs`: the multimodal processor's), without generating (`verl.serve` steps the engine itself to
+    stream), via `LLM._preprocess_chat_one` (vLLM 0.26, 0.32)."""
+    extra = {} if processor_kwargs is None else {"mm_processor_kwargs": processor_kwargs}
+    return llm._preprocess_chat_one(messages, tools=tools, chat_template_kwargs=template_kwargs, **extra)
+
+
+TRAINING_VIDEO_LOADER = "verl-training"
+"""The vLLM video loader (`video_media_io_kwargs`) that decodes a video URL's bytes as training decodes a dataset's
+video (`verl.data.multimodal.decode_video`: frames at exactly data.video_fps, resized within the pixel budget) and
+tells the processor what the rollout tells it (the frames are sampled already). vLLM's own loader takes 32 frames
+spread over the whole video, whatever its length."""
+
+
+def video_media_io_kwargs(fps: float, min_pixels: int | None, max_pixels: int | None) -> dict[str, dict[str, Any]]:
+    """vLLM's `media_io_kwargs` under which its media connector reads a video as training does (at `fps`), with the
+    loader TRAINING_VIDEO_LOADER registered in this process (where requests are rendered)."""
+    from vllm.multimodal.video import VIDEO_LOADER_REGISTRY, VideoLoader
+
+    from verl.data.multimodal import decode_video, video_metadata
+
+    if TRAINING_VIDEO_LOADER not in VIDEO_LOADER_REGISTRY.name2class:
+
+        @VIDEO_LOADER_REGISTRY.register(TRAINING_VIDEO_LOADER)
+        class TrainingVideoLoader(VideoLoader):
+            @classmethod
+            def load_bytes(cls, data: bytes, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+                import io
+
+                rate = float(kwargs["fps"])
+                frames = decode_video(io.BytesIO(data), rate, kwargs.get("min_pixels"), kwargs.get("max_pixels"))
+                return frames, {**video_metadata(frames, rate), "do_sample_frames": False}  # as the rollout's
+
+    video = {"video_backend": TRAINING_VIDEO_LOADER, "fps": fps, "min_pixels": min_pixels, "max_pixels": max_pixels}
+    return {"video": video}
 
 
 SERVED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
