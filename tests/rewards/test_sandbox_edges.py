@@ -376,3 +376,42 @@ def test_an_out_of_memory_kill_is_that_case_s_alone() -> None:
         result.status for result in run_python_cases(program, ["mem\n", "err\n"], SandboxLimits(memory_mb=256))
     ]
     assert statuses == ["memory_limit", "error"]
+
+
+VIDEO_THEN_SANDBOX = """
+import sys
+sys.path.insert(0, {tests!r})
+from media_files import write_video
+from verl.data.multimodal import load_video
+from verl.rewards.sandbox import run_many_cases
+
+load_video(write_video({clip!r}, num_frames=8, rate=4), 2.0, None, None)  # decoded on the main thread
+results = run_many_cases([("print(input())", [("7\\n", "7")])] * 3, max_workers=3)  # forks from pool threads
+print([case.status for cases in results for case in cases])
+"""
+
+
+def test_the_sandbox_starts_from_a_reward_thread_after_a_video_was_read(tmp_path: Path) -> None:
+    """Reading a video left PyAV's converter, with swscale's worker threads, cached on the reading thread; the
+    sandbox's fork (it runs Python before its exec) freed that cache in the child, which then waited for threads the
+    child does not have: every sandboxed program started from a thread hung for ever (CI's run stopped in the code
+    reward's tests). In a process of its own, its output to a file: a hung child would hold a pipe open."""
+    from repo_files import REPO
+
+    script = tmp_path / "script.py"
+    script.write_text(VIDEO_THEN_SANDBOX.format(tests=str(REPO / "tests"), clip=str(tmp_path / "clip.mp4")))
+    output = tmp_path / "output.txt"
+    with open(output, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, str(script)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(120)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
+            process.wait()
+    assert code == 0, f"exit {code} (None: hung for 120 s): {output.read_text()[-2000:]}"
+    assert output.read_text().splitlines()[-1] == str(["ok"] * 3)

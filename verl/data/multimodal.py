@@ -297,10 +297,16 @@ def decode_video(
     """`load_video`'s decoding of a video file or a file object of its bytes (`name` says which in errors), as
     training samples it: the frames at exactly `fps`."""
     import av  # imported here: only video datasets need it
+    from av.video.reformatter import VideoReformatter
 
     if fps <= 0:
         raise ValueError(f"data.video_fps must be positive, got {fps}")
     path = name if name is not None else source if isinstance(source, str) else "<video bytes>"
+    # A converter of this call's own, freed as it returns. `frame.to_ndarray(format=...)` keeps one per thread for
+    # the thread's life (PyAV's cache), with swscale's worker threads: a fork that runs Python before its exec (the
+    # code sandbox's, from a reward thread) frees the other threads' caches in the child, whose swscale waits for
+    # worker threads the child does not have, so the sandbox's start hung for ever after a video was read.
+    converter = VideoReformatter()
     frames: list[np.ndarray] = []
     held, held_rgb, held_time = None, None, 0.0
 
@@ -315,7 +321,7 @@ def decode_video(
                 )
             if held_rgb is None:
                 width, height = resized_size(held.width, held.height, min_pixels, max_pixels)
-                held_rgb = held.to_ndarray(format="rgb24", width=width, height=height)
+                held_rgb = converter.reformat(held, format="rgb24", width=width, height=height).to_ndarray()
                 turns = round((getattr(held, "rotation", 0) or 0) / 90) % 4  # counterclockwise quarter turns
                 if turns:  # a phone's portrait clip is stored landscape with a display rotation
                     held_rgb = np.ascontiguousarray(np.rot90(held_rgb, turns))
