@@ -246,124 +246,111 @@ def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(local_ray, tmp_path)
     assert last > first, [round(r["reward/rm_score"], 3) for r in steps]
 
 
-@pytest.mark.slow
-def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(local_ray, tmp_path) -> None:
-    """The runner's judge path: its actor and engine start beside the workers and every step carries its columns (an
-    untrained judge writes no valid grade: parse errors, score 0, so overall = the rule's)."""
-    from verl.trainer.config import load_config
-    from verl.trainer.runner import run_ppo
-
-    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
-    _write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": PROMPT, "answer": "3"} for _ in range(8)])
-    (tmp_path / "rule.py").write_text(RULE)
-    save = tmp_path / "judged"
-    run_ppo(
-        load_config(
-            [
-                f"data.train_files={tmp_path / 'prompts.jsonl'}",
-                "data.max_prompt_length=48",
-                "data.max_response_length=4",
-                "data.rollout_batch_size=4",
-                "data.dataloader_num_workers=0",
-                f"worker.actor.model.model_path={model}",
-                "worker.actor.model.enable_gradient_checkpointing=false",
-                "worker.actor.global_batch_size=4",
-                "worker.rollout.n=2",
-                "worker.rollout.max_num_batched_tokens=256",
-                "worker.rollout.kv_cache_memory_mb=32",
-                "worker.rollout.enforce_eager=true",
-                f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
-                f"worker.reward.judge.model_path={model}",
-                "worker.reward.judge.max_tokens=4",
-                "worker.reward.judge.kv_cache_memory_mb=32",
-                "worker.reward.judge.max_model_len=512",
-                "worker.reward.judge.weight=2.0",
-                "algorithm.disable_kl=true",
-                "trainer.device=cpu",
-                "trainer.n_gpus_per_node=2",
-                "trainer.max_steps=1",
-                "trainer.val_before_train=false",
-                "trainer.logger=[file]",
-                f"trainer.save_checkpoint_path={save}",
-            ]
-        )
-    )
-    with open(save / "experiment_log.jsonl") as f:
-        (step,) = [row for row in map(json.loads, f) if "reward/judge_parse_error" in row]
-    assert step["reward/judge_parse_error"] == 1.0 and step["reward/judge_score"] == 0.0
-    assert 0.0 <= step["reward/judge_cut"] <= 1.0  # the share of answers max_tokens=4 cut
-    assert step["reward/overall"] == pytest.approx(step["reward/rule_overall"])
-    assert "reward/judge_grade" not in step  # no parsed grade: the NaN column has nothing to average
-
-
 OTHER_TEMPLATE = "{% for m in messages %}### {{ m['role'] }}\n{{ m['content'] }}\n{% endfor %}"
 """The reward model's own chat template, unlike the policy's (the tiny models' ChatML-like one)."""
 
 
-@pytest.mark.slow
-def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(local_ray, tmp_path, monkeypatch) -> None:
-    """worker.reward.model.n_gpus_per_node=1: the reward model runs in a group of its own (1 process beside the
-    actor's 2) and scores each dumped sample exactly as a plain HF forward of the RM's own chat template does; the
-    validation logs its reward-model metrics."""
+@pytest.fixture(scope="module")
+def judged_run(local_ray, tmp_path_factory) -> dict[str, Any]:
+    """One 1-step run that the two tests below read (each used to start a run of its own): a rule function, an LLM
+    judge (the untrained tiny policy, weight 2) and a reward model in a group of its own (1 process beside the
+    actor's 2, with its own chat template), a final validation in batches of 3 and 1, the rollouts dumped."""
     import shutil
 
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from verl.trainer import runner
     from verl.trainer.config import load_config
 
+    tmp_path = tmp_path_factory.mktemp("judged_run")
     root = str(tmp_path / "models")
     policy = get_or_build_tiny_model("qwen2", root)
     rm_dir = tmp_path / "rm"
     shutil.copytree(get_or_build_tiny_model("qwen2_rm", root, hidden_size=64, num_layers=2), rm_dir)
     (rm_dir / "chat_template.jinja").write_text(OTHER_TEMPLATE)
-    rm_tokenizer, policy_tokenizer = AutoTokenizer.from_pretrained(rm_dir), AutoTokenizer.from_pretrained(policy)
-    assert rm_tokenizer.chat_template == OTHER_TEMPLATE != policy_tokenizer.chat_template
     _write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": PROMPT, "answer": "3"} for _ in range(4)])
     (tmp_path / "rule.py").write_text(RULE)
     created = []
     original = runner.create_worker_groups
-    monkeypatch.setattr(runner, "create_worker_groups", lambda *a: created.append(original(*a)) or created[-1])
     save, dump = tmp_path / "run", tmp_path / "rollouts"
-    runner.run_ppo(
-        load_config(
-            [
-                f"data.train_files={tmp_path / 'prompts.jsonl'}",
-                "data.max_prompt_length=48",
-                "data.max_response_length=6",
-                "data.rollout_batch_size=4",
-                "data.dataloader_num_workers=0",
-                f"worker.actor.model.model_path={policy}",
-                "worker.actor.model.enable_gradient_checkpointing=false",
-                "worker.actor.global_batch_size=4",
-                "worker.rollout.n=2",
-                "worker.rollout.max_num_batched_tokens=256",
-                "worker.rollout.kv_cache_memory_mb=32",
-                "worker.rollout.enforce_eager=true",
-                f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
-                f"worker.reward.model.model_path={rm_dir}",
-                "worker.reward.model.n_gpus_per_node=1",
-                f"data.val_files={tmp_path / 'prompts.jsonl'}",
-                "data.val_batch_size=3",  # batches of 3 and 1: the metrics weigh each by its rows
-                "algorithm.disable_kl=true",
-                "trainer.device=cpu",
-                "trainer.n_gpus_per_node=2",
-                "trainer.max_steps=1",
-                "trainer.val_before_train=false",
-                "trainer.logger=[file]",
-                f"trainer.rollout_data_dir={dump}",
-                f"trainer.save_checkpoint_path={save}",
-            ]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(runner, "create_worker_groups", lambda *a: created.append(original(*a)) or created[-1])
+        runner.run_ppo(
+            load_config(
+                [
+                    f"data.train_files={tmp_path / 'prompts.jsonl'}",
+                    "data.max_prompt_length=48",
+                    "data.max_response_length=6",
+                    "data.rollout_batch_size=4",
+                    "data.dataloader_num_workers=0",
+                    f"worker.actor.model.model_path={policy}",
+                    "worker.actor.model.enable_gradient_checkpointing=false",
+                    "worker.actor.global_batch_size=4",
+                    "worker.rollout.n=2",
+                    "worker.rollout.max_num_batched_tokens=256",
+                    "worker.rollout.kv_cache_memory_mb=32",
+                    "worker.rollout.enforce_eager=true",
+                    f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
+                    f"worker.reward.model.model_path={rm_dir}",
+                    "worker.reward.model.n_gpus_per_node=1",
+                    f"worker.reward.judge.model_path={policy}",
+                    "worker.reward.judge.max_tokens=4",
+                    "worker.reward.judge.kv_cache_memory_mb=32",
+                    "worker.reward.judge.max_model_len=512",
+                    "worker.reward.judge.weight=2.0",
+                    f"data.val_files={tmp_path / 'prompts.jsonl'}",
+                    "data.val_batch_size=3",  # batches of 3 and 1: the metrics weigh each by its rows
+                    "algorithm.disable_kl=true",
+                    "trainer.device=cpu",
+                    "trainer.n_gpus_per_node=2",
+                    "trainer.max_steps=1",
+                    "trainer.val_before_train=false",
+                    "trainer.logger=[file]",
+                    f"trainer.rollout_data_dir={dump}",
+                    f"trainer.save_checkpoint_path={save}",
+                ]
+            )
         )
-    )
-    (groups,) = created
+    rows = [json.loads(line) for line in (save / "experiment_log.jsonl").read_text().splitlines()]
+    return {
+        "rows": rows,
+        "created": created,
+        "records": [json.loads(line) for line in (dump / "step_1.jsonl").read_text().splitlines()],
+        "rm_dir": rm_dir,
+        "rm_tokenizer": AutoTokenizer.from_pretrained(rm_dir),
+        "policy_tokenizer": AutoTokenizer.from_pretrained(policy),
+    }
+
+
+@pytest.mark.slow
+def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(judged_run) -> None:
+    """The runner's judge path: its actor and engine start beside the workers and every step carries its columns (an
+    untrained judge writes no valid grade: parse errors, score 0, so the judge adds nothing to overall: the rule's
+    and the reward model's)."""
+    (step,) = [row for row in judged_run["rows"] if "reward/judge_parse_error" in row]
+    assert step["reward/judge_parse_error"] == 1.0 and step["reward/judge_score"] == 0.0
+    assert 0.0 <= step["reward/judge_cut"] <= 1.0  # the share of answers max_tokens=4 cut
+    assert step["reward/overall"] == pytest.approx(step["reward/rule_overall"] + step["reward/rm_score"])
+    assert "reward/judge_grade" not in step  # no parsed grade: the NaN column has nothing to average
+
+
+@pytest.mark.slow
+def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(judged_run) -> None:
+    """worker.reward.model.n_gpus_per_node=1: the reward model runs in a group of its own (1 process beside the
+    actor's 2) and scores each dumped sample exactly as a plain HF forward of the RM's own chat template does; the
+    validation logs its reward-model metrics."""
+    from transformers import AutoModelForSequenceClassification
+
+    rm_tokenizer, policy_tokenizer = judged_run["rm_tokenizer"], judged_run["policy_tokenizer"]
+    assert rm_tokenizer.chat_template == OTHER_TEMPLATE != policy_tokenizer.chat_template
+    (groups,) = judged_run["created"]
     assert groups.reward_model.world_size == 1 and groups.actor.world_size == 2 and len(groups.owned) == 2
-    (last,) = [json.loads(line) for line in (save / "experiment_log.jsonl").read_text().splitlines()]
+    (last,) = judged_run["rows"]
     assert last["val/reward_model/truncated_ratio"] == 0.0  # the final validation's reward-model metrics
     assert last["val/reward_model/score_mean"] == pytest.approx(last["val/rm_score_reward"], abs=1e-5)
-    records = [json.loads(line) for line in (dump / "step_1.jsonl").read_text().splitlines()]
+    records = judged_run["records"]
     assert len(records) == 8
-    model = AutoModelForSequenceClassification.from_pretrained(rm_dir, dtype=torch.float32).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(judged_run["rm_dir"], dtype=torch.float32).eval()
 
     def score(tokenizer: Any, response: str) -> float:
         messages = [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": response}]
