@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixtures shared by the whole suite."""
 
+import contextlib
 import faulthandler
 import os
 import random
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from collections.abc import Callable, Generator
@@ -85,6 +87,37 @@ class _SharedRay:
 
 def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
+
+
+def _end_descendants_then_time_out(item: pytest.Item, settings) -> None:
+    """pytest-timeout's end of a hung test (every thread's stack, then this process's exit), after killing every
+    process this one started: a child forked before its exec (stuck there) holds the worker's pipes to pytest-xdist,
+    which then never learns that the worker is gone, and the whole run waits for ever instead of going on."""
+    import psutil
+    import pytest_timeout
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    pytest_timeout.timeout_timer(item, settings)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
+    """The thread method's timer (pyproject.toml's hang guard), ending the test's processes too."""
+    if settings.method != "thread":
+        return None  # pytest-timeout's own
+    timer = threading.Timer(settings.timeout, _end_descendants_then_time_out, (item, settings))
+    timer.name = f"hang guard {item.nodeid}"
+
+    def cancel() -> None:
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel
+    timer.start()
+    return True
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
