@@ -257,34 +257,32 @@ def fetch_remote_media(messages: Any) -> None:
     from vllm import envs
     from vllm.connections import global_http_connection
 
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        for part in content if isinstance(content, list) else []:
-            found = _media_url(part)
-            if found is None:
-                continue
-            key, url = found
-            kind, timeout = _REMOTE_MEDIA[key]
-            scheme = url.split(":", 1)[0].lower()
-            if scheme == "data":
-                if ";base64," not in url.split(",", 1)[0] + ",":
-                    raise RequestError(f"'{key}': a data URL must be base64-encoded (data:{kind}/...;base64,...).")
-                continue
-            if scheme not in ("http", "https"):
-                raise RequestError(
-                    f"'{key}': {url[:80]!r} is not served: send the {kind} as an http(s) URL or a base64 data URL."
-                )
-            try:
-                data = global_http_connection.get_bytes(
-                    url, timeout=getattr(envs, timeout), allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS
-                )
-            except Exception as error:
-                raise RequestError(f"the {kind} {url} could not be fetched: {error}") from None
-            fetched = f"data:{kind}/*;base64,{base64.b64encode(data).decode()}"
-            if isinstance(part[key], dict):
-                part[key]["url"] = fetched
-            else:
-                part[key] = fetched
+    for part in _parts(messages):
+        found = _media_url(part)
+        if found is None:
+            continue
+        key, url = found
+        kind, timeout = _REMOTE_MEDIA[key]
+        scheme = url.split(":", 1)[0].lower()
+        if scheme == "data":
+            if ";base64," not in url.split(",", 1)[0] + ",":
+                raise RequestError(f"'{key}': a data URL must be base64-encoded (data:{kind}/...;base64,...).")
+            continue
+        if scheme not in ("http", "https"):
+            raise RequestError(
+                f"'{key}': {url[:80]!r} is not served: send the {kind} as an http(s) URL or a base64 data URL."
+            )
+        try:
+            data = global_http_connection.get_bytes(
+                url, timeout=getattr(envs, timeout), allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS
+            )
+        except Exception as error:
+            raise RequestError(f"the {kind} {url} could not be fetched: {error}") from None
+        fetched = f"data:{kind}/*;base64,{base64.b64encode(data).decode()}"
+        if isinstance(part[key], dict):
+            part[key]["url"] = fetched
+        else:
+            part[key] = fetched
 
 
 _warned: set[str] = set()
