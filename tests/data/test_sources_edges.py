@@ -8,7 +8,7 @@ import logging
 import datasets
 import pytest
 
-from verl.data.sources import load_source
+from verl.data.sources import load_source, split_prompt_messages
 
 
 def _jsonl(path, prompts):
@@ -156,3 +156,38 @@ def test_a_message_with_a_role_keeps_it_beside_sharegpt_like_keys():
         {"role": "user", "content": "Hi"},
     ]
     assert split_prompt_messages(messages) == ([{"role": "system", "content": "Be brief."}], "Hi")
+
+
+def test_a_parquet_file_cut_short_or_without_rows_is_named_and_never_read_as_csv(tmp_path):
+    # an interrupted download, or a filter that kept no rows: both failed with a UnicodeDecodeError naming no file
+    whole = tmp_path / "whole.parquet"
+    datasets.Dataset.from_list([{"prompt": "x" * 100, "answer": "1"}] * 50).to_parquet(str(whole))
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ValueError, match=rf"Could not read dataset file '{cut}': .*Check that it is valid parquet"):
+        load_source(str(cut))
+    empty = tmp_path / "empty.parquet"
+    datasets.Dataset.from_dict({"prompt": [], "answer": []}).to_parquet(str(empty))
+    with pytest.raises(ValueError, match=rf"Dataset file '{empty}' has no rows"):
+        load_source(str(empty))
+    text = tmp_path / "text.parquet"  # CSV under a Parquet name: refused, not read as CSV
+    text.write_text("prompt,answer\nhello,1\n")
+    with pytest.raises(ValueError, match=rf"Could not read dataset file '{text}'"):
+        load_source(str(text))
+
+
+def test_a_few_shot_turns_older_function_call_is_kept_as_its_tool_call():
+    # OpenAI's older `function_call` in an RL prompt's few-shot turn: kept as `tool_calls` (it was dropped, leaving
+    # the turn's text alone in the prompt the model saw)
+    function = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "function_call": function},
+        {"role": "tool", "content": "Sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "And in Rome?"},
+    ]
+    context, last = split_prompt_messages(messages)
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    assert context[1] == {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert last == "And in Rome?"

@@ -314,6 +314,9 @@ def test_check_scores_converts_numbers_to_float_columns(function) -> None:
         ([{"overall": 1.0}, {"accuracy": 1.0}], 1, "without 'overall'"),
         ([{"overall": float("nan")}, {"overall": 1.0}], 0, "sample 0 \\(uid u0\\) 'overall': nan"),
         ([{"overall": 1.0, "f": 0.0}, {"overall": 1.0, "f": -math.inf}], 1, "'f': -inf; rewards must be finite"),
+        # finite in Python, infinite in the trainer's float32 scores (NaN advantages); an int past float's range
+        ([{"overall": 1.0}, {"overall": 1e39}], 1, "'overall': 1e\\+39 \\(beyond float32's range"),
+        ([{"overall": -(10**400)}, {"overall": 1.0}], 0, "'overall': -inf; rewards must be finite"),
         ([{"overall": 1.0}, {"overall": "1.0"}], 1, "'overall': '1.0' of type str"),
         ([{"overall": 1.0}, {"overall": None}], 1, "of type NoneType"),
         ([{"overall": 1.0, "format": 1.0}, {"overall": 1.0}], 1, "keys \\['overall'\\], but sample 0 returned"),

@@ -685,3 +685,55 @@ def test_a_checkpoints_place_in_the_data_is_its_own_or_its_step_over_its_own_bat
     assert saved_position(old, 48, 8) == (1, 16)
     assert saved_position(old, 96, 16) == (1, 16)
     assert saved_position({"global_step": 4}, 48, 16) == (1, 16)  # without them: this run's
+
+
+def test_openai_weight_0_keeps_an_assistant_turn_out_of_the_loss(tmp_path, tokenizer):
+    """OpenAI's fine-tuning format marks an assistant turn not to learn with `weight: 0` (a bad answer the user then
+    corrects): it is context, rendered but not learned (it was learned, the key ignored); read from JSON Lines, where
+    the messages without a weight read back with a null one. A weight other than 0 or 1, one on a user message, or a
+    row whose every assistant turn has weight 0 is named."""
+    messages = [
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "5.", "weight": 0},
+        {"role": "user", "content": "Are you sure?"},
+        {"role": "assistant", "content": "4.", "weight": 1},
+    ]
+    path = _write_jsonl(tmp_path / "weighted.jsonl", [{"messages": messages}])
+    example = SFTDataset(path, tokenizer, None, data_config()).encode(0)
+    assert learned_spans(tokenizer, example) == ["4.<|im_end|>"]
+    assert "<|im_start|>assistant\n5.<|im_end|>" in tokenizer.decode(example["input_ids"])  # still in the context
+    assert "weight" not in tokenizer.decode(example["input_ids"])
+    bad = [
+        ([messages[0], {**messages[1], "weight": 0.5}], "message 1 has weight 0.5; a weight must be 0"),
+        ([{**messages[0], "weight": 1}, messages[3]], "message 0 has weight 1; a weight must be 0 .* on an assistant"),
+        (messages[:2], "every assistant message has weight 0, so there is nothing to learn from"),
+    ]
+    for conversation, message in bad:
+        with pytest.raises(SFTDataError, match=f"row 0, key 'messages': {message}"):
+            SFTDataset([{"messages": conversation}], tokenizer, None, data_config())
+
+
+def test_openai_older_function_call_is_learned_as_a_tool_call(tokenizer):
+    """OpenAI's older `function_call` (one call per assistant message) is learned as that call in the template's own
+    format, as `tool_calls` is (the template writes no `function_call`: the turn was learned as its text alone, the
+    call dropped without a word); its `function` role for the result is named with the role to write."""
+    function = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    older = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me check.", "function_call": function},
+        {"role": "tool", "content": "Sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+    ]
+    current = [*older[:1], {**older[1], "function_call": None, "tool_calls": [{"function": function}]}, *older[2:]]
+    example = SFTDataset([{"messages": older}], tokenizer, None, data_config()).encode(0)
+    expected = SFTDataset([{"messages": current}], tokenizer, None, data_config()).encode(0)
+    assert (example["input_ids"], example["loss_mask"]) == (expected["input_ids"], expected["loss_mask"])
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert learned_spans(tokenizer, example) == [f"Let me check.\n{call}<|im_end|>", "It is sunny.<|im_end|>"]
+    with pytest.raises(SFTDataError, match="message 2 needs a role .* write 'function' as 'tool'"):
+        SFTDataset(
+            [{"messages": [*older[:2], {**older[2], "role": "function"}, older[3]]}], tokenizer, None, data_config()
+        )
+    both = {**older[1], "tool_calls": [{"function": function}]}
+    with pytest.raises(SFTDataError, match="message 1: a message has both function_call and tool_calls"):
+        SFTDataset([{"messages": [older[0], both]}], tokenizer, None, data_config())

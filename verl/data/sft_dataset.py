@@ -83,6 +83,12 @@ class Conversation:
     messages may hold few-shot assistant turns, which are context, as in TRL's prompt-completion rows)."""
     prepended: int = 0
     """Messages put before the row's own (its system column's)."""
+    unweighted: frozenset[int] = frozenset()
+    """The assistant turns the row gives `weight: 0` (OpenAI's fine-tuning format): context, not learned."""
+
+    def learns(self, turn: int) -> bool:
+        """Whether message `turn` is an assistant turn the loss learns."""
+        return self.messages[turn]["role"] == "assistant" and turn >= self.learned_from and turn not in self.unweighted
 
 
 def system_column(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -199,6 +205,7 @@ class SFTDataset(torch.utils.data.Dataset):
             if not isinstance(messages, (list, tuple)) or not messages:
                 raise self._error(index, key, "expected a non-empty list of messages")
         messages = [without_nulls(message) for message in messages]  # Arrow's nulls: sources.without_nulls
+        unweighted = set()
         for position, message in enumerate(messages):
             in_response = 0 < learned_from <= position
             # errors name the column and the message's place in it
@@ -209,7 +216,9 @@ class SFTDataset(torch.utils.data.Dataset):
                 raise self._error(index, at, str(error)) from None
             if in_response and message["role"] == "user":
                 raise self._error(index, at, "the response's messages must not hold a user turn")
-            learned = message["role"] == "assistant" and position >= learned_from
+            if message.pop("weight", 1) == 0:  # checked by _message; a template need not see it
+                unweighted.add(position)
+            learned = message["role"] == "assistant" and position >= learned_from and position not in unweighted
             if learned and self.processor is not None and IMAGE_MARKER in message["content"]:
                 raise self._error(  # its placeholder tokens would be learned, with the picture's features as input
                     index, at, f"message {number} is a learned assistant turn with an image; give images in user turns"
@@ -218,11 +227,17 @@ class SFTDataset(torch.utils.data.Dataset):
         if config.prompt_key is None and messages[0]["role"] != "system":  # a system message wins, as LLaMA-Factory's
             system = system_column(row)
             messages, prepended = [*system, *messages], len(system)
+        unweighted = {position + prepended for position in unweighted}
         if messages[0]["role"] == "assistant":
             raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
         if not any(message["role"] == "assistant" for message in messages[learned_from:]):
             where = config.response_key if learned_from else key
             raise self._error(index, where, "the conversation has no assistant message to learn from")
+        learned = [turn for turn in range(learned_from, len(messages)) if messages[turn]["role"] == "assistant"]
+        if all(turn in unweighted for turn in learned):
+            where = config.response_key if learned_from else key
+            problem = "every assistant message has weight 0, so there is nothing to learn from; drop the row"
+            raise self._error(index, where, problem)
         images = row.get(config.image_key) or []
         images = list(images) if isinstance(images, (list, tuple)) else [images]
         markers = sum(message["content"].count(IMAGE_MARKER) for message in messages)
@@ -242,7 +257,7 @@ class SFTDataset(torch.utils.data.Dataset):
             tools = tool_schemas(row.get(config.tools_key), self.reads_tools) if config.tools_key else None
         except ValueError as error:
             raise self._error(index, config.tools_key, str(error)) from None
-        return Conversation(messages, images, tools, learned_from, prepended)
+        return Conversation(messages, images, tools, learned_from, prepended, frozenset(unweighted))
 
     def _prompt_and_response(self, index: int, row: dict[str, Any]) -> tuple[list[Any], int]:
         """A prompt_key row's messages (a string each, or messages each: TRL's conversational prompt-completion) and
@@ -297,6 +312,8 @@ class SFTDataset(torch.utils.data.Dataset):
             problem = f"its role is {role!r}" if "role" in message else "it has no 'role'"
             if role in SHAREGPT_ROLES:
                 problem += f" (ShareGPT's name: write {role!r} as {SHAREGPT_ROLES[role]!r})"
+            elif role == "function":  # beside `function_call`, OpenAI's older form
+                problem += " (OpenAI's older name for a tool's result: write 'function' as 'tool')"
             raise ValueError(f"message {number} needs a role in {', '.join(ROLES)}; {problem}")
         try:
             message = with_tool_calls(message)
@@ -310,6 +327,12 @@ class SFTDataset(torch.utils.data.Dataset):
             )
         if not isinstance(message.get("content"), str):
             raise ValueError(f"message {number} needs string content")
+        weight = message.get("weight", 1)  # OpenAI's fine-tuning format: 0 keeps an assistant turn out of the loss
+        if "weight" in message and (role != "assistant" or weight not in (0, 1)):
+            raise ValueError(
+                f"message {number} has weight {weight!r}; a weight must be 0 (not learned) or 1, on an assistant "
+                "message (OpenAI's fine-tuning format)"
+            )
         if role == "assistant" and not message["content"].strip() and not message.get("tool_calls"):
             raise ValueError(f"message {number} (assistant) is empty: {_EMPTY_ANSWER}")
         return message
@@ -369,7 +392,7 @@ class SFTDataset(torch.utils.data.Dataset):
         assistants = [turn for turn, message in enumerate(messages) if message["role"] == "assistant"]
         closing = (self._turn_parts or ("", ""))[1]
         for count, turn in enumerate(assistants):
-            if turn < conversation.learned_from or messages[turn].get("tool_calls"):
+            if not conversation.learns(turn) or messages[turn].get("tool_calls"):
                 continue
             span = self._turn_in_context(full_text, count, len(assistants))
             if span is None:
@@ -454,9 +477,7 @@ class SFTDataset(torch.utils.data.Dataset):
         if self.config.truncation == "error":
             raise self._too_long(index, self.rows_key, length)
         messages = conversation.messages
-        first = next(
-            turn for turn in range(conversation.learned_from, len(messages)) if messages[turn]["role"] == "assistant"
-        )
+        first = next(turn for turn in range(len(messages)) if conversation.learns(turn))
         prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
         if not full_text.startswith(prefix):  # the turn as the whole renders it (Qwen3's empty thinking block)
             count = sum(message["role"] == "assistant" for message in messages[:first])
@@ -589,8 +610,8 @@ class SFTDataset(torch.utils.data.Dataset):
         messages, tools = conversation.messages, conversation.tools
         mask = [0] * len(ids)
         spans = []  # (turn, the text before it, the text through it) of each learned assistant turn
-        for turn, message in enumerate(messages):
-            if message["role"] != "assistant" or turn < conversation.learned_from:
+        for turn in range(len(messages)):
+            if not conversation.learns(turn):
                 continue
             prefix = self._render(messages[:turn], generation_prompt=True, tools=tools)
             upto = self._render(messages[: turn + 1], generation_prompt=False, tools=tools).rstrip()

@@ -280,7 +280,12 @@ def _load_file(path: str) -> Any:
         where = _json_error(path) if builder == "json" else None
         if where is not None:
             raise ValueError(f"Dataset file {path!r} is not valid JSON: {where}.") from None
-        loaded = _read_as_written(path) if builder == "json" else _read_csv_as_written(path)
+        if builder == "parquet" and _parquet_rows(path) == 0:  # datasets: "BatchSize must be greater than 0"
+            raise ValueError(_NO_ROWS.format(path=path)) from None
+        # a file of another layout than datasets expects; a Parquet file is binary, never CSV (one cut short by an
+        # interrupted download was read as CSV text, failing with a UnicodeDecodeError that named no file)
+        readers = {"json": _read_as_written, "csv": _read_csv_as_written}
+        loaded = readers[builder](path) if builder in readers else None
         if loaded is None:
             reason = str(error).rstrip(". ") or type(error).__name__
             # datasets' wrapper hides the parser's line ("Expected 2 fields")
@@ -299,6 +304,16 @@ def _load_file(path: str) -> Any:
     if builder == "csv":
         loaded = _cells_as_written(loaded, path)
     return loaded
+
+
+def _parquet_rows(path: str) -> int | None:
+    """The rows a Parquet file's footer counts, or None where it has no readable footer (cut short, not Parquet)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:
+        return None
 
 
 def _read_as_written(path: str) -> Any:
@@ -836,7 +851,14 @@ def with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
     """An assistant message with OpenAI-style `tool_calls` as chat templates render them: content "" where empty or
     null, each call's arguments as a mapping (a JSON string is parsed, as vLLM does before rendering). A message
     without calls (`tool_calls` missing, null or an empty list, which a column every message has holds for the
-    others) comes back without the key. ValueError says what is wrong."""
+    others) comes back without the key; OpenAI's older `function_call` (one call) is read as that call in
+    `tool_calls` (a template writes no `function_call`: the call was dropped without a word). ValueError says what is
+    wrong."""
+    if message.get("function_call") is not None:
+        if message.get("tool_calls"):
+            raise ValueError("a message has both function_call and tool_calls; give its calls once, as tool_calls")
+        call = {"type": "function", "function": message["function_call"]}
+        message = {**{key: value for key, value in message.items() if key != "function_call"}, "tool_calls": [call]}
     calls = message.get("tool_calls")
     if calls is None or (isinstance(calls, (list, tuple)) and not calls):
         return {key: value for key, value in message.items() if key != "tool_calls"}

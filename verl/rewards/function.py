@@ -594,8 +594,18 @@ def uid_note(sample: Mapping[str, Any]) -> str:
 
 
 def _as_float(value: Any) -> float | None:
-    """A float for Python and NumPy bools, ints and floats; None for anything else (strings, tensors, None)."""
-    return float(value) if isinstance(value, (bool, np.bool_, numbers.Real)) else None
+    """A float for Python and NumPy bools, ints and floats (an int past float's range as an infinity of its sign);
+    None for anything else (strings, tensors, None)."""
+    if not isinstance(value, (bool, np.bool_, numbers.Real)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # 10**400: float() raised, naming neither the function nor the sample
+        return math.inf if value > 0 else -math.inf
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""The largest reward the trainer holds: token-level scores are float32, where a larger one is an infinity."""
 
 
 def check_scores(
@@ -646,9 +656,11 @@ def check_scores(
                     "every value a float (or int/bool).",
                     sample_index=index,
                 )
-            if not math.isfinite(number):
+            if not abs(number) <= FLOAT32_MAX:  # 1e39 passed as finite, became inf in float32: NaN advantages
+                bound = "" if not math.isfinite(number) else f" (beyond float32's range, +-{FLOAT32_MAX:.3g})"
                 raise RewardFunctionError(
-                    f"{where} {key!r}: {number}; rewards must be finite, so guard divisions and logs in the function.",
+                    f"{where} {key!r}: {number:.6g}{bound}; rewards must be finite, so guard divisions and logs in the "
+                    "function.",
                     sample_index=index,
                 )
             columns.setdefault(key, []).append(number)
