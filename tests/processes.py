@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 
 
@@ -51,9 +52,13 @@ def descendant_named(pid: int, name: str):
 def start_run_in_a_group(command: list[str], env: dict[str, str], cwd: str, log, metric: str):
     """Start a training command as a member of a new process group that a `sleep` leads (as under `timeout` or a
     launcher script), and wait until its file log `log` has a step with `metric`; returns (launcher, run). A run that
-    ends or takes over 300 s first fails the test with its stderr's end, its launcher (and the run) ended."""
+    ends or takes over 300 s first fails the test with its stderr's end, its launcher (and the run) ended. The run's
+    stderr goes to an unlinked file, not a pipe (a pipe nobody read while the run trained filled, and a chatty run
+    stopped in its next write): `stderr_tail` reads its end, `finished_stderr` all of it once the run has ended."""
     launcher = subprocess.Popen(["sleep", "600"], process_group=0)
-    run = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, process_group=launcher.pid)
+    errors = tempfile.TemporaryFile()
+    run = subprocess.Popen(command, cwd=cwd, env=env, stderr=errors, process_group=launcher.pid)
+    run.stderr_file = errors
     try:
         assert os.getpgid(run.pid) == launcher.pid
         deadline = time.monotonic() + 300
@@ -77,7 +82,9 @@ STDERR_WAIT_S = 10.0
 def stderr_tail(process: subprocess.Popen, size: int = 3000) -> str:
     """The end of what an ended `process` wrote to its stderr pipe, read for at most STDERR_WAIT_S: a pipe has no end
     while a process it started (Ray's daemons, loader workers, a sleeping child) lives, and a read to the end waited
-    as long as that process, or for ever."""
+    as long as that process, or for ever. A run of `start_run_in_a_group`: the end of its stderr file so far."""
+    if getattr(process, "stderr_file", None) is not None:
+        return _file_text(process.stderr_file)[-size:]
     try:
         _, err = process.communicate(timeout=STDERR_WAIT_S)
     except subprocess.TimeoutExpired as timed_out:  # what came meanwhile (bytes, whatever the pipe's mode)
@@ -85,6 +92,18 @@ def stderr_tail(process: subprocess.Popen, size: int = 3000) -> str:
     if isinstance(err, bytes):
         err = err.decode(errors="replace")
     return (err or "")[-size:]
+
+
+def finished_stderr(run: subprocess.Popen, timeout: float) -> str:
+    """All a run of `start_run_in_a_group` wrote to stderr, once it has ended (waited for up to `timeout` seconds;
+    not for the processes it started, which may still hold the file)."""
+    run.wait(timeout)
+    return _file_text(run.stderr_file)
+
+
+def _file_text(file) -> str:
+    file.seek(0)
+    return file.read().decode(errors="replace")
 
 
 def _complete_lines(path) -> list[str]:

@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from processes import alive, sigterm_ends_its_run, start_run_in_a_group
+from processes import alive, finished_stderr, sigterm_ends_its_run, start_run_in_a_group, stderr_tail
 
 
 # Exits with an error at once, leaving a child that holds its stderr (as a run's Ray daemons or loader workers would)
@@ -80,3 +80,37 @@ def test_a_run_that_fails_before_its_first_step_fails_the_test_at_once_with_its_
     finally:
         _end_child(tmp_path / "child")
     assert _sleeping_launchers() <= before, "the launcher outlived the failed start"
+
+
+# Writes 1 MiB to stderr (a pipe holds 64 KiB) before its first logged step, then trains on until killed.
+CHATTY_RUN = """
+import json, sys, time
+for line in range(16384):
+    print(f"warning {line}: " + "x" * 50, file=sys.stderr)
+sys.stderr.flush()
+with open(LOG, "w") as log:
+    log.write(json.dumps({"step": 1}) + "\\n")
+print("after the step", file=sys.stderr, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_that_writes_much_to_stderr_before_its_first_step_reaches_it(tmp_path) -> None:
+    """The run's stderr was a pipe no one read until the run ended: a run that wrote more than the pipe holds (64 KiB
+    of warnings) stopped in that write and never logged its step, and the test failed after 300 s. Its stderr is a
+    file now, read while it runs and whole once it has ended."""
+    log = tmp_path / "log.jsonl"
+    command = [sys.executable, "-c", f"LOG = {str(log)!r}\n" + CHATTY_RUN]
+    started = time.monotonic()
+    launcher, run = start_run_in_a_group(command, dict(os.environ), str(tmp_path), log, "step")
+    try:
+        assert time.monotonic() - started < 60
+        deadline = time.monotonic() + 30
+        while "after the step" not in stderr_tail(run) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stderr_tail(run, 200).endswith("after the step\n")
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    text = finished_stderr(run, 30)
+    assert text.startswith("warning 0: ") and "warning 16383: " in text and len(text) > 2**20

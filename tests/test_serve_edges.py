@@ -656,7 +656,7 @@ def test_a_video_url_is_sampled_as_training_samples_a_dataset_s_video(tmp_path):
     data = DataConfig()
     path = write_video(str(tmp_path / "clip.mp4"), num_frames=17, rate=8)  # 2.125 s
     url = "data:video/*;base64," + base64.b64encode(open(path, "rb").read()).decode()  # as fetch_remote_media writes
-    assert chat.DEFAULT_VIDEO_FPS == data.video_fps and chat.VIDEO_PIXELS == (data.min_pixels, data.max_pixels)
+    assert chat.MediaSettings() == chat.MediaSettings(data.video_fps, data.min_pixels, data.max_pixels)
     for fps in (data.video_fps, 1.0):
         connector = MediaConnector(vllm_compat.video_media_io_kwargs(fps, data.min_pixels, data.max_pixels))
         frames, metadata = connector.fetch_video(url).media
@@ -674,3 +674,75 @@ def test_a_video_rate_that_is_not_positive_is_refused_before_the_engine(capsys):
         with pytest.raises(SystemExit):
             server.main(["--model", "no/such-model", "--video-fps", rate])
         assert "--video-fps must be a positive number" in capsys.readouterr().err
+
+
+def _png_url(image) -> str:
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_a_served_image_is_resized_as_training_resizes_a_dataset_s_image():
+    """verl.serve gave vLLM a request's image as sent, while training resizes every image into data.min_pixels and
+    data.max_pixels first (a 64 x 48 picture is upscaled to 512 x 512's area): the served model saw other pixels, and
+    other image tokens, than the trained one. The engine now renders the image training would have made."""
+    import numpy as np
+    from PIL import Image
+
+    from verl.data.multimodal import load_image, open_image
+    from verl.trainer.config import DataConfig
+
+    rendered = []
+
+    class Recording(StandIn):
+        def _preprocess_chat_one(self, messages, tools=None, chat_template_kwargs=None, **kwargs):
+            rendered.append(messages)
+            return super()._preprocess_chat_one(messages, tools, chat_template_kwargs)
+
+    small = Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    fits = Image.fromarray(np.random.default_rng(1).integers(0, 256, (600, 500, 3), dtype=np.uint8))
+    urls = [_png_url(small), _png_url(fits)]
+    engine = chat_engine([[delta("ok", 0, "stop")]])
+    engine.llm = engine.loop = Recording(engine.llm.steps)
+    content = [
+        {"type": "image_url", "image_url": {"url": urls[0]}},
+        {"type": "input_image", "image_url": urls[1]},
+        {"type": "text", "text": "What is it?"},
+    ]
+    engine.complete(check_request(request(messages=[{"role": "user", "content": content}]), "tiny"))
+    parts = rendered[-1][0]["content"]
+    data = DataConfig()
+    served = open_image(parts[0]["image_url"]["url"]).convert("RGB")
+    trained = load_image(urls[0], None, data.min_pixels, data.max_pixels)
+    assert served.size == trained.size and served.width * served.height >= data.min_pixels
+    np.testing.assert_array_equal(np.asarray(served), np.asarray(trained))
+    assert parts[1]["image_url"] == urls[1]  # within the budget already: as sent
+    bad = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+    with pytest.raises(RequestError, match="'image_url': the image cannot be read"):
+        engine.complete(check_request(request(messages=[{"role": "user", "content": bad}]), "tiny"))
+
+
+def test_serve_reads_the_media_settings_of_the_run_that_saved_the_model(tmp_path, caplog):
+    """verl.serve read video URLs within training's default pixel budget and at --video-fps (training's default
+    unless given), and images not at all: a run trained with other data.min_pixels, data.max_pixels or
+    data.video_fps was served other pixels. It now takes them from the checkpoint --model is in, options first."""
+    import logging
+
+    from verl.serve import server
+    from verl.serve.chat import MediaSettings
+
+    step = tmp_path / "global_step_3"
+    model = step / "actor" / "huggingface"
+    model.mkdir(parents=True)
+    settings = {"data.min_pixels": 3136, "data.max_pixels": None, "data.video_fps": 1.0, "data.max_prompt_length": 9}
+    (step / "trainer_state.json").write_text(json.dumps({"global_step": 3, "settings": settings}))
+    with caplog.at_level(logging.INFO, logger=server.__name__):
+        assert server.media_settings(str(model), None, None, None) == MediaSettings(1.0, 3136, None)
+    assert str(step / "trainer_state.json") in caplog.text
+    assert server.media_settings(str(step / "actor"), None, 1000, 5000) == MediaSettings(1.0, 1000, 5000)
+    assert server.media_settings(str(tmp_path), 4.0, None, None) == MediaSettings(video_fps=4.0)  # no run: defaults
+    with pytest.raises(ValueError, match="--min-pixels 5000 is above --max-pixels 4000"):
+        server.media_settings(str(tmp_path), None, 5000, 4000)

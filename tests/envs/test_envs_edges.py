@@ -402,3 +402,20 @@ def test_a_think_marker_inside_a_call_is_the_call_s_text():
     assert parse_tool_calls(text) == [opened, after]
     reasoned = f'<tool_call>{{"name": "no", "arguments": {{}}}}</tool_call> hm</think><tool_call>{json.dumps(after)}</tool_call>'
     assert parse_tool_calls(reasoned) == [after]  # an unopened block (the prompt opened it) up to its end
+
+
+def test_a_bare_tool_call_opening_in_the_reasoning_leaves_the_call_after_it():
+    """A reasoning block that mentions `<tool_call>` without closing it made one block from there to the end of the
+    real call after `</think>`; that block started in the reasoning and was dropped, the real call with it, and the
+    episode ended as if the model had answered."""
+    call = {"name": "add", "arguments": {"a": 2, "b": 3}}
+    for after in (f"<tool_call>{json.dumps(call)}</tool_call>", f"\n<tool_call>{json.dumps(call)}"):
+        text = f"<think>I write <tool_call> and its JSON, then </tool_call>? No: once.</think>{after}"
+        assert parse_tool_calls(text) == [call], text
+        assert parse_tool_calls(f"<think>A <tool_call> opening.</think>{after}") == [call]
+        assert parse_tool_calls(f"I plan a <tool_call> here.</think>{after}") == [call]  # the prompt opened it
+    step = ToolEnv(tools=[add]).step(
+        {}, f"<think>Maybe <tool_call> add.</think><tool_call>{json.dumps(call)}</tool_call>"
+    )
+    assert not step.done and step.messages == [{"role": "tool", "content": "5"}]
+    assert parse_tool_calls("<think>A <tool_call> draft.</think>Done.") == []

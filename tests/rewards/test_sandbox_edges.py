@@ -415,3 +415,49 @@ def test_the_sandbox_starts_from_a_reward_thread_after_a_video_was_read(tmp_path
             process.wait()
     assert code == 0, f"exit {code} (None: hung for 120 s): {output.read_text()[-2000:]}"
     assert output.read_text().splitlines()[-1] == str(["ok"] * 3)
+
+
+def test_a_run_that_finds_every_uid_slot_busy_stops_with_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """As root, a run claims a dedicated uid slot; with every slot held (by leaked locks, or uids whose zombies no
+    PID 1 reaps) the claim looped for ever and the reward thread hung. It now waits as long as runs with its limits
+    may hold a slot (SLOT_WAIT_CAP x WAIT_CAP x the larger wall limit), then raises SandboxUnavailable."""
+    import fcntl
+    import threading
+
+    from verl.rewards.sandbox import plans, runner, slots
+
+    taken = {uid for uid in range(61000, 61003) if slots._uid_exists(uid)}
+    assert not taken, f"uids {taken} exist here; pick another range"
+    monkeypatch.setattr(slots, "SLOT_DIRECTORIES", (str(tmp_path / "slots"),))
+    monkeypatch.setattr(slots, "UID_BASE", 61000)
+    monkeypatch.setattr(slots, "MAX_SLOTS", 2)
+    monkeypatch.setattr(runner, "_SLOTS", slots._Slots())
+    (tmp_path / "slots").mkdir(mode=0o700)
+    held = []  # another trainer's runs hold both slots: a flock on each slot's lock file
+    for uid in (61000, 61001):
+        held.append(os.open(tmp_path / "slots" / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600))
+        fcntl.flock(held[-1], fcntl.LOCK_EX)
+    limits = SandboxLimits(wall_s=0.05, sample_wall_s=0.05)
+    outcome: list[BaseException | None] = []
+
+    def enter() -> None:
+        try:
+            with runner._workspace(limits, plans._Plan(dedicated_uid=True)):
+                outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 (handed to the test's thread)
+            outcome.append(error)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=enter, daemon=True)
+    thread.start()
+    thread.join(30)
+    try:
+        assert not thread.is_alive(), "the claim still waits after 30 s with every slot busy"
+        assert isinstance(outcome[0], sandbox.SandboxUnavailable), outcome
+        assert "none of the 2 sandbox slots (uids 61000 to 61001) came free" in str(outcome[0])
+        assert time.monotonic() - started < 10
+    finally:
+        for handle in held:
+            os.close(handle)
+    with runner._workspace(limits, plans._Plan(dedicated_uid=True)):  # a slot given back is claimed again
+        pass

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from processes import start_run_in_a_group
+from processes import finished_stderr, start_run_in_a_group
 
 from tests.model_folders import config_only_model
 from tests.repo_files import export_checkpoint
@@ -755,7 +755,7 @@ def test_sigterm_stops_sft_after_its_step_with_a_checkpoint_the_next_run_resumes
     launcher, proc = start_run_in_a_group([*command, "trainer.max_steps=300"], env, REPO, log, "train/epoch")
     os.killpg(launcher.pid, signal.SIGTERM)
     launcher.wait(timeout=10)
-    _, stderr = proc.communicate(timeout=300)
+    stderr = finished_stderr(proc, 300)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step")]
     assert len(stopped) == 1 and "checkpoint saved to" in stopped[0] and "Traceback" not in stderr, stderr[-3000:]

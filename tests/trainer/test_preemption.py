@@ -13,7 +13,7 @@ import time
 from collections import Counter
 
 import pytest
-from processes import descendant_named, start_run_in_a_group, stderr_tail, wait_gone
+from processes import descendant_named, finished_stderr, start_run_in_a_group, stderr_tail, wait_gone
 
 from tests.model_folders import config_only_model
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -264,7 +264,7 @@ def test_a_killed_raylet_ends_the_run_with_one_error_naming_the_checkpoint(tmp_p
             time.sleep(0.2)
         run = psutil.Process(proc.pid).children(recursive=True)
         descendant_named(proc.pid, "raylet").kill()
-        _, stderr = proc.communicate(timeout=120)
+        stderr = finished_stderr(proc, 120)
     finally:  # not a 2,000-step run left training
         proc.kill()
     assert proc.returncode == 1, stderr[-3000:]
@@ -290,7 +290,7 @@ def test_a_lost_control_store_stops_the_run_after_its_step_with_a_checkpoint(tmp
     launcher.kill()
     run = psutil.Process(proc.pid).children(recursive=True)
     descendant_named(proc.pid, "gcs_server").kill()
-    _, stderr = proc.communicate(timeout=120)
+    stderr = finished_stderr(proc, 120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     stopped = [line for line in stderr.splitlines() if line.startswith("Stopped because")]
@@ -317,7 +317,7 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
     launcher, proc = _start_and_wait_for_a_step(interrupted, env, save)
     os.killpg(launcher.pid, signal.SIGTERM)
     assert launcher.wait(timeout=10) == -signal.SIGTERM
-    _, stderr = proc.communicate(timeout=300)
+    stderr = finished_stderr(proc, 300)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM")]
     assert len(stopped) == 1 and "checkpoint saved to" in stopped[0], stderr[-3000:]

@@ -272,8 +272,6 @@ def load_video(
     the stream's display rotation, as players and vLLM's video loader turn them (a phone's portrait clip was seen
     sideways, as its photos were before `to_rgb`). Decoding streams; only kept frames are converted. A video of more
     than `max_frames` frames (0: no limit) at `fps` is a ValueError, raised once that many are held."""
-    if fps <= 0:
-        raise ValueError(f"data.video_fps must be positive, got {fps}")
     path = resolve_path(path, video_dir)
     if os.path.isdir(path):
         raise ValueError(
@@ -368,6 +366,9 @@ def with_frames_at_least(frames: np.ndarray, count: int) -> np.ndarray:
 
 
 DEFAULT_VIDEO_FPS = 2.0
+"""data.video_fps's default: the rate videos are sampled at, and the rate of a row's videos that name none."""
+DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS = 262144, 4194304
+"""data.min_pixels's and data.max_pixels's defaults: the pixel budget images and video frames are resized into."""
 
 
 def video_metadata(frames: np.ndarray, fps: float) -> dict[str, Any]:

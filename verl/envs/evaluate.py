@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.data.multimodal import content_parts
+from verl.data.multimodal import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, content_parts
 from verl.data.rollout_dump import finite_or_none, message_record, message_text, transcript_messages, write_image
 from verl.data.sources import ground_truth, row_value, split_prompt_messages, tool_schemas
 from verl.envs.base import (
@@ -54,7 +54,7 @@ from verl.workers.rollout.config import RolloutConfig
 
 
 IMAGE_MARKER = "<image>"
-MIN_PIXELS, MAX_PIXELS = 262144, 4194304
+MIN_PIXELS, MAX_PIXELS = DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS
 """--min-pixels / --max-pixels defaults: data.min_pixels / data.max_pixels's (verl.trainer.config.DataConfig)."""
 
 

@@ -26,9 +26,14 @@ from verl.rewards.sandbox.limits import SandboxUnavailable
 logger = logging.getLogger(__name__)
 
 
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)
+TOOL_CALL = re.compile(
+    r"<tool_call>((?:(?!<tool_call>).)*?)</tool_call>|<tool_call>((?:(?!<tool_call>).)*)\Z", re.DOTALL
+)
 """A closed `<tool_call>` block, or a final unclosed one (as vLLM's hermes parser reads it); the body is stripped
-after the match (whitespace matched in the pattern backtracks cubically on a long unclosed run of it)."""
+after the match (whitespace matched in the pattern backtracks cubically on a long unclosed run of it). A block holds
+no other `<tool_call>`, as `ToolCallFormat.read` blanks the other formats' calls: a bare opening (one the reasoning
+mentions) is no block, and the call after it is read (it made one block up to the real call's end, inside the
+reasoning, and the call was lost)."""
 THINKING = re.compile(r"<think>.*?(?:</think>|$)|^(?:(?!<think>).)*?</think>", re.DOTALL)
 """A reasoning block (Qwen3, DeepSeek-R1), an unclosed one to the end of the turn, or the turn's text up to a first
 `</think>` without an opening (a generation prompt that opens the block: R1 distills, Qwen3.5 thinking): calls

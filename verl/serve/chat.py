@@ -10,8 +10,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from verl.data.multimodal import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FPS
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_call_format
 from verl.models.config import DTYPE_NAMES
 from verl.serve.engine_loop import EngineLoop
@@ -25,7 +27,6 @@ from verl.serve.request_checks import (
     ranked,
     token_usage,
 )
-from verl.trainer.config import DataConfig
 
 
 logger = logging.getLogger(__name__)
@@ -285,6 +286,38 @@ def fetch_remote_media(messages: Any) -> None:
             part[key] = fetched
 
 
+def resize_images(messages: Any, min_pixels: int | None, max_pixels: int | None) -> None:
+    """Resize the images of `messages`' content parts (data URLs, as `fetch_remote_media` leaves them) into the pixel
+    budget as training resizes a dataset's (verl.data.multimodal.resize_image: upright, RGB, within data.min_pixels
+    and data.max_pixels), as lossless PNG data URLs; an image already so is left as sent. vLLM's processor then sees
+    the pixels the trained model saw. An image that cannot be read is the request's error (400)."""
+    import base64
+    import io
+
+    from verl.data.multimodal import IMAGE_ERRORS, open_image, resize_image
+
+    for part in _parts(messages):
+        found = _media_url(part)
+        if found is None or _REMOTE_MEDIA[found[0]][0] != "image":
+            continue
+        key, url = found
+        try:
+            image = open_image(url)
+            image.load()
+            resized = resize_image(image, min_pixels, max_pixels)
+        except IMAGE_ERRORS as error:
+            raise RequestError(f"'{key}': the image cannot be read: {error}") from None
+        if resized is image:
+            continue
+        buffer = io.BytesIO()
+        resized.save(buffer, format="PNG")
+        encoded = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+        if isinstance(part[key], dict):
+            part[key]["url"] = encoded
+        else:
+            part[key] = encoded
+
+
 _warned: set[str] = set()
 
 
@@ -318,10 +351,17 @@ def tool_as_sent(tool: Any) -> dict[str, Any]:
     return dumped
 
 
-DEFAULT_VIDEO_FPS = DataConfig.video_fps
-"""verl.serve's --video-fps: the rate training samples videos at by default (data.video_fps)."""
-VIDEO_PIXELS = (DataConfig.min_pixels, DataConfig.max_pixels)
-"""The pixel budget a video URL's frames are resized within: training's defaults (data.min_pixels, data.max_pixels)."""
+@dataclass(frozen=True)
+class MediaSettings:
+    """How the served model's images and video URLs are read: as the training run read its dataset's (its
+    data.video_fps, data.min_pixels, data.max_pixels; training's defaults unless given)."""
+
+    video_fps: float = DEFAULT_VIDEO_FPS
+    """The rate video URLs are sampled at."""
+    min_pixels: int | None = DEFAULT_MIN_PIXELS
+    """Images and video frames smaller than this area are upscaled."""
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+    """Images and video frames larger than this area are downscaled."""
 
 
 class ChatEngine:
@@ -334,8 +374,8 @@ class ChatEngine:
     media_bias: dict[int, float] | None = None
     """logit_bias that keeps a vision-language model from generating its media placeholders (None: a text model)."""
 
-    video_fps: float = DEFAULT_VIDEO_FPS
-    """The rate video URLs are sampled at, as training samples a dataset's videos at data.video_fps."""
+    media: MediaSettings = MediaSettings()
+    """How images and video URLs are read, as the training run read its dataset's."""
 
     def __init__(
         self,
@@ -344,7 +384,7 @@ class ChatEngine:
         max_model_len: int,
         kv_cache_mb: int | None,
         dtype: str,
-        video_fps: float = DEFAULT_VIDEO_FPS,
+        media: MediaSettings | None = None,
     ) -> None:
         from verl.utils import device
 
@@ -370,8 +410,10 @@ class ChatEngine:
         from verl.workers.rollout import vllm_compat
 
         # video URLs decoded as training decodes a dataset's videos (the frames, their rate, the pixel budget)
-        kwargs["media_io_kwargs"] = vllm_compat.video_media_io_kwargs(video_fps, *VIDEO_PIXELS)
-        self.video_fps = video_fps
+        self.media = media or MediaSettings()
+        kwargs["media_io_kwargs"] = vllm_compat.video_media_io_kwargs(
+            self.media.video_fps, self.media.min_pixels, self.media.max_pixels
+        )
         # as the rollout starts an engine of this family (on the CPU: Qwen3.5's Gated DeltaNet in bf16, every request
         # failed "CPU GDN attention requires BF16."; Falcon-H1 without prefix caching, a new long prompt was a 500)
         family = vllm_compat.family_engine_kwargs(read_model_config("--model", model), on_cpu)
@@ -446,7 +488,7 @@ class ChatEngine:
                 raise RequestError(f"This server cannot read the model's tool calls: {self.tool_error}")
             tools = self.tool_format.for_tools(tool_dicts)
         videos = any((_media_url(part) or ("",))[0] == "video_url" for part in _parts(request.messages))
-        processor_kwargs = {"fps": self.video_fps} if videos else None  # as the rollout gives a video's prompt
+        processor_kwargs = {"fps": self.media.video_fps} if videos else None  # as the rollout gives a video's prompt
         prompt = vllm_compat.render_chat(
             self.llm, request.messages, tool_dicts, request.chat_template_kwargs, processor_kwargs
         )
@@ -488,6 +530,7 @@ class ChatEngine:
         each step of each choice. Closing the iterator early aborts the request."""
 
         fetch_remote_media(request.messages)  # here, not on the engine thread every request waits on
+        resize_images(request.messages, self.media.min_pixels, self.media.max_pixels)  # likewise
 
         def add() -> tuple[list[str], Reply]:
             reply = self._submit(request)

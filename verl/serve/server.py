@@ -260,19 +260,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dtype", default="auto", choices=sorted(chat.DTYPES), help="weights dtype (auto: the model's; fp32 on CPU)"
     )
+    run_value = "(default: the training run's value, read from the checkpoint --model is in, else training's default)"
     parser.add_argument(
         "--video-fps",
         type=float,
-        default=chat.DEFAULT_VIDEO_FPS,
-        help="frames per second sampled from video URLs, as training's data.video_fps (default %(default)s: "
-        "training's default); give the run's own value",
+        default=None,
+        help=f"frames per second sampled from video URLs, as training's data.video_fps {run_value}",
+    )
+    parser.add_argument(
+        "--min-pixels",
+        type=int,
+        default=None,
+        help=f"images and video frames smaller than this area are upscaled, as training's data.min_pixels {run_value}",
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=None,
+        help=f"images and video frames larger than this area are downscaled, as data.max_pixels {run_value}",
     )
     args = parser.parse_args(argv)
     # checked before the engine starts, whose own errors are tracebacks
     if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
         parser.error("--max-model-len and --kv-cache-mb must be positive.")
-    if not math.isfinite(args.video_fps) or args.video_fps <= 0:
+    if args.video_fps is not None and (not math.isfinite(args.video_fps) or args.video_fps <= 0):
         parser.error(f"--video-fps must be a positive number, got {args.video_fps}.")
+    for option, value in (("--min-pixels", args.min_pixels), ("--max-pixels", args.max_pixels)):
+        if value is not None and value < 1:
+            parser.error(f"{option} must be positive, got {value}.")
     from verl.models.config import model_folder_problem
 
     problem = model_folder_problem(args.model, "--model")  # missing, incomplete or a training checkpoint
@@ -297,10 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     from verl.workers.rollout.vllm_compat import EngineSettingError
 
     try:
+        media = media_settings(args.model, args.video_fps, args.min_pixels, args.max_pixels)
+    except ValueError as error:
+        bound.close()
+        parser.error(str(error))
+    try:
         name = args.served_model_name or args.model
-        engine = chat.ChatEngine(
-            args.model, name, args.max_model_len, args.kv_cache_mb, args.dtype, video_fps=args.video_fps
-        )
+        engine = chat.ChatEngine(args.model, name, args.max_model_len, args.kv_cache_mb, args.dtype, media)
     except EngineSettingError as error:
         bound.close()
         print(f"Error: {error}", file=sys.stderr)
@@ -332,6 +350,46 @@ def main(argv: list[str] | None = None) -> int:
         for number, handler in previous.items():
             signal.signal(number, handler)
     return 0
+
+
+RUN_MEDIA_KEYS = {"video_fps": "data.video_fps", "min_pixels": "data.min_pixels", "max_pixels": "data.max_pixels"}
+"""MediaSettings' fields and the training run's settings they come from."""
+
+
+def media_settings(
+    model: str, video_fps: float | None, min_pixels: int | None, max_pixels: int | None
+) -> "chat.MediaSettings":
+    """How the served model's media are read: each option given, else the value the training run used, from the
+    `settings` in the trainer_state.json of the checkpoint that --model is part of (`global_step_N/actor/huggingface`
+    or `global_step_N/actor`), else training's default. A model exported elsewhere keeps no run settings: give the
+    run's values then. ValueError where the pixel bounds cross."""
+    from verl.trainer.checkpointing import read_trainer_state
+
+    given = {"video_fps": video_fps, "min_pixels": min_pixels, "max_pixels": max_pixels}
+    saved, source, folder = {}, "training's defaults", os.path.abspath(os.path.expanduser(model))
+    for _ in range(3):  # the model folder, its actor folder, the step folder
+        state = read_trainer_state(folder)
+        if isinstance(state.get("settings"), dict):
+            saved, source = state["settings"], f"the run's settings in {os.path.join(folder, 'trainer_state.json')}"
+            break
+        folder = os.path.dirname(folder)
+    values = {name: saved[key] for name, key in RUN_MEDIA_KEYS.items() if key in saved}
+    values.update({name: value for name, value in given.items() if value is not None})
+    media = chat.MediaSettings(**values)
+    if media.min_pixels is not None and media.max_pixels is not None and media.min_pixels > media.max_pixels:
+        raise ValueError(
+            f"--min-pixels {media.min_pixels} is above --max-pixels {media.max_pixels} (each the option given, else "
+            f"from {source})."
+        )
+    logger.info(
+        "Images and video frames are resized within [%s, %s] pixels, videos sampled at %s fps (options given, else "
+        "%s).",
+        media.min_pixels,
+        media.max_pixels,
+        media.video_fps,
+        source,
+    )
+    return media
 
 
 def _weights_problem(model: str) -> str | None:

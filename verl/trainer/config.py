@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from verl.algorithms.rollout_correction import CorrectionSettings
 from verl.algorithms.schedules import check_response_length_schedule
 from verl.algorithms.user_functions import is_user_spec, require_algorithm
+from verl.data.multimodal import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, DEFAULT_VIDEO_FPS
 from verl.models.config import (
     DTYPE_NAMES,
     SEQUENCE_PARALLEL_REFUSAL,
@@ -113,7 +114,7 @@ class DataConfig:
     row is a data error, so a dataset cannot make the trainer read files elsewhere on the machine (an image_dir in
     a Hugging Face cache snapshot may lead into that repository's blobs/, where its files are). Without
     data.image_dir, paths are used as given."""
-    video_fps: float = 2.0
+    video_fps: float = DEFAULT_VIDEO_FPS
     """Frames per second sampled from videos."""
     video_max_frames: int = 768
     """Most frames a video may have at video_fps (768: 6.4 minutes at 2 fps); a longer video is a bad row (skipped
@@ -153,9 +154,9 @@ class DataConfig:
     """Shuffle the training set every epoch (seeded, resumable)."""
     seed: int = 1
     """Seed of the shuffling."""
-    min_pixels: int | None = 262144
+    min_pixels: int | None = DEFAULT_MIN_PIXELS
     """Images smaller than this area (in pixels) are upscaled (the prompts' and those environment turns send)."""
-    max_pixels: int | None = 4194304
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
     """Images larger than this area (in pixels) are downscaled (the prompts' and those environment turns send)."""
     filter_overlong_prompts: bool = True
     """Drop prompts longer than max_prompt_length (image tokens counted) and log how many; off rejects them."""

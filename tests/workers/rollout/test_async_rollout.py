@@ -279,6 +279,22 @@ def test_a_synchronous_call_shows_its_progress_unless_disabled(rollout, capsys) 
     assert "generate:" not in hidden and rollout.call_loop.progress is None
 
 
+def test_a_synchronous_call_without_prompts_gives_the_columns_without_rows(rollout) -> None:
+    """A worker called with no prompts (a library user's empty batch; the trainer's dispatch pads each worker's share
+    to at least one row) raised from DataProto.concat([]): the call now returns every column of a call with prompts,
+    with no rows, and still uses up its seed index as a call with prompts does."""
+    expected = rollout.generate_sequences(_prompts(rollout.tokenizer, 1))
+    calls = rollout.generate_calls
+    output = rollout.generate_sequences(_prompts(rollout.tokenizer, 0))
+    assert len(output) == 0
+    assert rollout.generate_calls == calls + 1
+    assert sorted(output.batch.keys()) == sorted(expected.batch.keys())
+    for key in output.batch.keys():
+        assert output.batch[key].shape[1:] == expected.batch[key].shape[1:], key
+        assert output.batch[key].dtype == expected.batch[key].dtype, key
+    assert sorted(output.non_tensor_batch) == sorted(expected.non_tensor_batch)
+
+
 def test_a_template_whose_end_of_turn_is_no_stop_token_stops_there(tmp_path) -> None:
     """A base model's folder (Qwen2.5-7B's): its tokenizer's and generation config's EOS is <|endoftext|>, and the
     ChatML template it ships closes a turn with <|im_end|>. vLLM did not stop there: the model wrote the next turns

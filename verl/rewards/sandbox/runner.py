@@ -29,7 +29,7 @@ from typing import IO
 import psutil
 
 from verl.rewards.sandbox import bootstrap, bwrap, cgroups, fusion
-from verl.rewards.sandbox.bootstrap import CpuWait, _namespace, empty_directory, kill_group, wait_for_exit
+from verl.rewards.sandbox.bootstrap import WAIT_CAP, CpuWait, _namespace, empty_directory, kill_group, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
 from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _Plan
 from verl.rewards.sandbox.slots import _SLOTS, UID_BASE, _kill_all_of_uid, _tasks_of_current_uid
@@ -45,6 +45,10 @@ PROGRAM_NAME = "solution.py"
 
 CGROUP_OVERHEAD_MB = 64
 """Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
+SLOT_WAIT_CAP = 2
+"""As root, a run waits for a free uid slot at most this many times the longest a run with its limits may hold one
+(WAIT_CAP x the larger of wall_s and sample_wall_s), then raises SandboxUnavailable: slots that stay busy so long
+are leaked (see slots._Slots.claim), and training stops rather than wait forever."""
 TMPFS_INODES_PER_MB = 64
 """Inodes of each private tmpfs per MiB of memory_mb, where no cgroup charges them (each costs kernel memory)."""
 
@@ -430,7 +434,7 @@ def _workspace(
     slot = scratch = cgroup = None
     try:
         if plan.dedicated_uid:
-            slot = _SLOTS.claim()
+            slot = _SLOTS.claim(SLOT_WAIT_CAP * WAIT_CAP * max(limits.wall_s, limits.sample_wall_s))
         uid = None if slot is None else UID_BASE + slot
         if cgroups.available():
             # the program, its children, bwrap and its init (2), and the harness or status relay when there is one

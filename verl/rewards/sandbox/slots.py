@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from verl.rewards.sandbox.limits import SandboxUnavailable
+
 
 UID_BASE = 60000
 """As root, run slot N runs as uid and gid UID_BASE + N (uids that exist in the user database are skipped)."""
@@ -69,18 +71,22 @@ class _Slots:
                 raise RuntimeError(f"cannot create a sandbox slot directory in any of {SLOT_DIRECTORIES}.")
         return self._directory
 
-    def claim(self) -> int:
-        """A free slot, locked until `release`; waits while every slot is busy."""
+    def claim(self, timeout_s: float) -> int:
+        """A free slot, locked until `release`; waits while every slot is busy, at most `timeout_s` seconds (then
+        raises SandboxUnavailable, as when no uid of the range is free of the user database)."""
         directory = self._lock_directory()
+        deadline = time.monotonic() + timeout_s
         while True:
             busy = _uids_with_processes()
+            usable = 0
             for slot in range(MAX_SLOTS):
                 uid = UID_BASE + slot
+                if _uid_exists(uid):
+                    continue
+                usable += 1
                 with self._lock:
                     if slot in self._held:
                         continue
-                if _uid_exists(uid):
-                    continue
                 handle = os.open(os.path.join(directory, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -95,6 +101,16 @@ class _Slots:
                 with self._lock:
                     self._held[slot] = handle
                 return slot
+            if not usable or time.monotonic() >= deadline:
+                uids = f"uids {UID_BASE} to {UID_BASE + MAX_SLOTS - 1}"
+                reason = (
+                    f"all of {uids} are in the user database"
+                    if not usable
+                    else f"none of the {usable} sandbox slots ({uids}) came free in {timeout_s:g} s: each is held by "
+                    "a run (of this or another trainer on the machine, see the lock files in "
+                    f"{directory}) or still has processes of its uid (zombies a PID 1 does not reap)"
+                )
+                raise SandboxUnavailable(f"No dedicated uid for a sandboxed run as root: {reason}.")
             time.sleep(0.05)
 
     def release(self, slot: int) -> None:

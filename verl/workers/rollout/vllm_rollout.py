@@ -494,7 +494,7 @@ class VLLMRollout:
                         )
                 fresh = loop.newly_complete(groups) if request.stream else []
                 if groups is not None:
-                    batch = self.groups_to_rollout(groups, n, budget)
+                    batch = self.groups_to_rollout(groups, n, budget, prompts)
                     if synchronous:  # one policy version, nothing resumed
                         batch.pop(batch_keys=["rollout_versions", "rollout_resumed"])
                     else:
@@ -609,13 +609,19 @@ class VLLMRollout:
                 if client:  # each episode's coroutine starts now
                     loop.turns.start(group, sample, messages[row])
 
-    def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
+    def groups_to_rollout(
+        self, groups: list[Any], n: int, width: int, call_prompts: DataProto | None = None
+    ) -> DataProto:
         """The rollout columns (docs/data_flow.md) of complete groups, on the host: each group's prompt row n times
         joined with its responses right-padded to `width`, `rollout_versions` (each response token's policy version,
         -1 on padding) and `rollout_resumed` (how often each sample was stopped and resumed). Episodes: the attention
-        mask covers every response token, `response_mask` (the loss) the model's only; their columns join."""
+        mask covers every response token, `response_mask` (the loss) the model's only; their columns join. No groups
+        (a call without prompts) give the same columns without rows, from `call_prompts`, the call's prompts."""
         samples = [sample for group in groups for sample in group.samples]
-        prompts = DataProto.concat([group.payload for group in groups])
+        if groups or call_prompts is None:
+            prompts = DataProto.concat([group.payload for group in groups])
+        else:
+            prompts = call_prompts[0:0]
         episodes = [sample.episode for sample in samples] if self.env is not None else None
         if episodes is None:
             responses = pad_rows([s.tokens for s in samples], width, self.pad_token_id, torch.long)
