@@ -88,6 +88,10 @@ def test_the_loss_mask_is_exactly_the_assistant_turns(models) -> None:
         ([messages[3]], "key 'completion': the response's messages must not hold a user turn"),
         ([{"from": "human", "value": "x"}], "key 'completion': the response's messages must not hold a user turn"),
         ([{"role": "assistant", "content": 4}], "key 'completion': message 0 needs string content"),
+        (
+            [{"role": "tool", "content": {"temperature": 20}}, {"role": "assistant", "content": "20"}],
+            "message 0 needs string content (a tool's result is text: write its dict as JSON text)",
+        ),
         ([{"role": "tool", "content": "x"}], "key 'completion': the conversation has no assistant message to learn"),
         ([], "key 'completion': expected a string or a non-empty list of messages, got list"),
     ):

@@ -326,7 +326,10 @@ class SFTDataset(torch.utils.data.Dataset):
                 "the calls in the message's content as the model should produce them"
             )
         if not isinstance(message.get("content"), str):
-            raise ValueError(f"message {number} needs string content")
+            hint = ""
+            if role == "tool" and isinstance(message.get("content"), (dict, list, tuple, int, float)):
+                hint = f" (a tool's result is text: write its {type(message['content']).__name__} as JSON text)"
+            raise ValueError(f"message {number} needs string content{hint}")
         weight = message.get("weight", 1)  # OpenAI's fine-tuning format: 0 keeps an assistant turn out of the loss
         if "weight" in message and (role != "assistant" or weight not in (0, 1)):
             raise ValueError(
