@@ -103,13 +103,20 @@ def test_evaluate_sends_the_images_training_saw(tmp_path_factory, tmp_path):
         "12544": validation_replies(model, data, images, 12544, 12544, llm),
     }
     del llm
-    temp_dir = str(tmp_path_factory.mktemp("serve_tmp"))
-    proc, url, children = start_server(model, "tiny-vl", temp_dir)
-    try:
-        for name, options, size in (
-            ("default", (), (512, 512)),  # the 56 x 56 pictures grown to data.min_pixels, as the run saw them
-            ("12544", ("--min-pixels", "12544", "--max-pixels", "12544"), (112, 112)),  # a run's own budget
-        ):
+    # the run with its own budget is served from its checkpoint, whose trainer_state.json holds the run's settings
+    # (verl.serve resizes images as the run did, whatever size a client sends)
+    step = tmp_path / "run" / "global_step_1"
+    (step / "actor").mkdir(parents=True)
+    (step / "actor" / "huggingface").symlink_to(model)
+    settings = {"data.min_pixels": 12544, "data.max_pixels": 12544}
+    (step / "trainer_state.json").write_text(json.dumps({"global_step": 1, "settings": settings}))
+    for name, served, options, size in (
+        ("default", model, (), (512, 512)),  # the 56 x 56 pictures grown to data.min_pixels, as the run saw them
+        ("12544", str(step / "actor" / "huggingface"), ("--min-pixels", "12544", "--max-pixels", "12544"), (112, 112)),
+    ):
+        temp_dir = str(tmp_path_factory.mktemp("serve_tmp"))
+        proc, url, children = start_server(served, "tiny-vl", temp_dir)
+        try:
             out = tmp_path / f"episodes_{name}.jsonl"
             common = ("--prompt-key", "problem", "--image-dir", images, "--temperature", "0", "--max-turns", "1")
             evaluate(url, "", (), tmp_path, rows, (*common, "--max-tokens", "4", "--output", str(out), *options))
@@ -117,8 +124,8 @@ def test_evaluate_sends_the_images_training_saw(tmp_path_factory, tmp_path):
             # the images as the model saw them (evaluate records the ones it sent), then the replies
             assert {Image.open(tmp_path / record["images"][0]).size for record in records} == {size}, name
             assert [record["response"] for record in records] == expected[name], name
-    finally:
-        stop_server(proc, children, temp_dir)
+        finally:
+            stop_server(proc, children, temp_dir)
 
 
 QWEN_INSTRUCT_SAMPLING = {"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20}
