@@ -230,15 +230,39 @@ def not_a_checkpoint(local_dir: str) -> str:
         )
     if "actor" in names:
         return f"'{local_dir}' is a step directory; pass its actor checkpoint: {os.path.join(local_dir, 'actor')}."
-    steps = sorted(int(match.group(1)) for match in map(re.compile(r"^global_step_(\d+)$").match, names) if match)
+    from verl.trainer.checkpointing import STEP_DIR, saved_steps
+
+    # a step's actor/ is renamed into place once whole: an interrupted save leaves actor.tmp, or nothing of it
+    step = os.path.normpath(local_dir)
+    if os.path.basename(step) == "actor" and not os.path.exists(step):  # (the actor such a step would have)
+        step = os.path.dirname(step)
+    if STEP_DIR.match(os.path.basename(step)) and os.path.isdir(step):
+        why = "its save was interrupted: actor.tmp is left" if "actor.tmp" in os.listdir(step) else "no actor/ in it"
+        newest = _newest_actor(os.path.dirname(step))
+        other = f"export another step's, such as the newest: {newest}" if newest else "no step beside it has one"
+        return f"'{step}' is a step directory without an actor checkpoint ({why}); {other}."
+    steps = saved_steps(local_dir)
     if steps:
-        newest = os.path.join(local_dir, f"global_step_{steps[-1]}", "actor")
         saved = f"{len(steps)} step{'s' if len(steps) != 1 else ''} saved"
+        newest = _newest_actor(local_dir)
+        if newest is None:
+            none = "none holds an actor checkpoint (interrupted saves?)"
+            return f"'{local_dir}' is a run's save directory ({saved}), and {none}."
         return (
             f"'{local_dir}' is a run's save directory ({saved}); pass one step's actor checkpoint, such as the newest: "
             f"{newest}."
         )
+    if not os.path.exists(local_dir):
+        return f"'{local_dir}' does not exist; pass .../global_step_N/actor."
     return f"'{local_dir}' is not a checkpoint directory (no .metadata); pass .../global_step_N/actor."
+
+
+def _newest_actor(run_dir: str) -> str | None:
+    """The actor folder of the newest global_step_N in `run_dir` that has one (None where none has)."""
+    from verl.trainer.checkpointing import saved_steps, step_dir
+
+    actors = [os.path.join(step_dir(run_dir, step), "actor") for step in reversed(saved_steps(run_dir))]
+    return next((actor for actor in actors if os.path.isdir(actor)), None)
 
 
 def check_intact(local_dir: str) -> None:

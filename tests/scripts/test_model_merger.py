@@ -385,6 +385,33 @@ def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
         merger.merge(str(tmp_path))
 
 
+def test_a_step_whose_save_was_interrupted_is_named_and_the_newest_step_with_an_actor_suggested(tmp_path) -> None:
+    """A save killed before its actor/ was renamed into place leaves global_step_N with actor.tmp (and perhaps the
+    critic): the run folder's hint named that step's missing actor/, which then was "not a checkpoint directory"."""
+    (tmp_path / "global_step_2" / "actor").mkdir(parents=True)
+    interrupted = tmp_path / "global_step_3"
+    for name in ("actor.tmp", "critic"):
+        (interrupted / name).mkdir(parents=True)
+    complete = re.escape(str(tmp_path / "global_step_2" / "actor"))
+    with pytest.raises(FileNotFoundError, match=f"\\(2 steps saved\\); .* the newest: {complete}\\.$"):
+        merger.merge(str(tmp_path))
+    for given in (interrupted, interrupted / "actor"):  # the step, or the actor its save never put in place
+        proc = run_merger("--local_dir", str(given))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert (
+            f"'{interrupted}' is a step directory without an actor checkpoint (its save was interrupted" in proc.stderr
+        )
+        assert re.search(f"export another step's, such as the newest: {complete}\\.$", proc.stderr.strip())
+    shutil.rmtree(tmp_path / "global_step_2")
+    with pytest.raises(FileNotFoundError, match="\\(1 step saved\\), and none holds an actor checkpoint"):
+        merger.merge(str(tmp_path))
+    (interrupted / "actor.tmp").rmdir()
+    with pytest.raises(FileNotFoundError, match="no actor/ in it\\); no step beside it has one\\.$"):
+        merger.merge(str(interrupted))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        merger.merge(str(tmp_path / "elsewhere"))
+
+
 def test_a_critic_checkpoint_is_named_as_such(tmp_path, monkeypatch) -> None:
     import torch.distributed.checkpoint as dcp
 

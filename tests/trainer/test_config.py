@@ -453,6 +453,23 @@ def test_a_checkpoint_folder_named_otherwise_than_its_step_is_refused(files):
         load_config([*base_args(files), f"trainer.load_checkpoint_path={files / 'ckpt' / 'global_step_3_backup'}"])
 
 
+def test_a_run_folder_or_a_steps_actor_as_the_checkpoint_names_what_to_give_instead(files):
+    """The run's save directory, or a step's actor folder (EasyR1 users' habit), was refused with the advice for a
+    renamed copy of a step ("put a copy such as global_step_3_backup in a folder of its own")."""
+    run = files / "run"
+    for step in (2, 3):
+        (run / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (run / "global_step_2" / "trainer_state.json").write_text("{}")  # step 3's save was interrupted
+    with pytest.raises(ConfigError) as caught:
+        load_config([*base_args(files), f"trainer.load_checkpoint_path={run}"])
+    assert f"that is a run's save directory; give one of its steps (the newest complete one is {run}" in str(
+        caught.value
+    )
+    assert "global_step_2)" in str(caught.value) and "set trainer.save_checkpoint_path to it" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"that is a folder of the step .*global_step_2; give the step itself\.$"):
+        load_config([*base_args(files), f"trainer.load_checkpoint_path={run / 'global_step_2' / 'actor'}"])
+
+
 def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files, monkeypatch):
     (files / "notes.txt").write_text("")
     for key in ("trainer.save_checkpoint_path", "trainer.rollout_data_dir"):

@@ -33,16 +33,17 @@ def _init(rank: int, world_size: int, port: int) -> None:
     device.init_distributed(timeout_seconds=120)
 
 
-def _build(model_dir: str, **optim: float):
-    """Sharded model, AdamW and a warmup + cosine schedule, as a worker builds them (`optim`: other settings)."""
+def _build(model_dir: str, torch_dtype: str | None = None, **optim: float | str):
+    """Sharded model, AdamW and a warmup + cosine schedule, as a worker builds them (`optim`: other settings;
+    `torch_dtype`: fsdp.torch_dtype, the weights' dtype)."""
     from verl.models.config import FSDPConfig, ModelConfig
     from verl.models.fsdp import build_device_mesh, create_fsdp_model
     from verl.utils.optim import OptimConfig, build_lr_scheduler, build_optimizer
 
     world_size = dist.get_world_size()
-    model = create_fsdp_model(
-        ModelConfig(model_path=model_dir), FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu")
-    )
+    mesh = build_device_mesh(world_size, -1, "cpu")
+    fsdp = FSDPConfig(torch_dtype=torch_dtype)
+    model = create_fsdp_model(ModelConfig(model_path=model_dir), fsdp, mesh, torch.device("cpu"))
     optim_config = OptimConfig(
         **{"lr": 1e-3, "lr_scheduler_type": "cosine", "lr_warmup_steps": 2, "training_steps": 10, **optim}
     )
@@ -185,6 +186,49 @@ def _run_one_rank(rank: int, world_size: int, port: int, model_dir: str, ckpt_ro
     resumed, continued = _full_params(fresh_model), _full_params(model)
     assert all(torch.equal(resumed[name], continued[name]) for name in continued), "resumed training diverged"
     dist.destroy_process_group()
+
+
+def _resume_with_another_optimizer(rank: int, world_size: int, port: int, model_dir: str, ckpt_root: str) -> None:
+    """fp32 weights with AdamW saved, bf16 weights with BF16AdamW resumed (the memory saving of EasyR1's pairing),
+    and back: the resume failed in DCP ("Missing key in checkpoint state_dict: optimizer.state.<name>.compensation",
+    or "...param_groups.0.amsgrad" the other way), inside every worker."""
+    import logging
+
+    _init(rank, world_size, port)
+    from verl.utils.checkpoint import FSDPCheckpointManager
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("verl.utils.checkpoint.fsdp_checkpoint_manager").addHandler(handler)
+    fp32, bf16 = {"strategy": "adamw"}, {"strategy": "adamw_bf16", "torch_dtype": "bf16"}
+    for number, (saved, resumed) in enumerate(((fp32, bf16), (bf16, fp32))):
+        model, optimizer, scheduler = _build(model_dir, **saved)
+        _train_step(model, optimizer, scheduler, _batch([0]))
+        path = os.path.join(ckpt_root, f"switched_{number}", "actor")
+        FSDPCheckpointManager(model, optimizer, scheduler).save(path)
+        moments = [value.float() for value in _local_optimizer_state(optimizer)]
+        records.clear()
+        model, optimizer, scheduler = _build(model_dir, **resumed)
+        FSDPCheckpointManager(model, optimizer, scheduler).load(path)
+        # the step counts and moments are the checkpoint's, in the dtype this optimizer keeps them in
+        for loaded, before in zip(_local_optimizer_state(optimizer), moments, strict=True):
+            torch.testing.assert_close(loaded.float(), before, rtol=1e-2, atol=1e-6)
+        assert scheduler.last_epoch == 1
+        told = " ".join(record.getMessage() for record in records if record.levelno == logging.WARNING)
+        if resumed is bf16:  # the bf16 weights' rounding compensation starts at zero, as in a new run
+            assert "saved by another optimizer" in told and "'compensation'" in told, told
+            assert all(not state["compensation"].any() for state in optimizer.state.values())
+        else:
+            assert told == ""  # the other optimizer's settings are this run's config's either way
+        before_step = {name: value.clone() for name, value in _full_params(model).items()}
+        assert math.isfinite(_train_step(model, optimizer, scheduler, _batch([0])))
+        assert any(not torch.equal(value, before_step[name]) for name, value in _full_params(model).items())
+    dist.destroy_process_group()
+
+
+def test_a_resume_with_another_optimizer_or_weight_dtype_keeps_the_moments(tmp_path) -> None:
+    spawn(_resume_with_another_optimizer, 1, get_or_build_tiny_model("qwen2", str(tmp_path / "models")), str(tmp_path))
 
 
 def test_checkpoint_round_trip_and_reshard_two_to_one(tmp_path) -> None:

@@ -467,11 +467,31 @@ class BaseTrainerConfig:
         if path:
             require_path(self, prefix, "load_checkpoint_path", "directory")
             if not re.fullmatch(r"global_step_\d+", os.path.basename(os.path.normpath(path))):
+                instead = _not_a_step(path, prefix)
                 raise ConfigError(
-                    f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory: its name gives the "
-                    "step the run resumes at (put a copy such as global_step_3_backup in a folder of its own, as "
-                    "global_step_3)."
+                    f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory: {instead}"
                 )
+
+
+def _not_a_step(path: str, prefix: str) -> str:
+    """What to give trainer.load_checkpoint_path instead of `path`, a folder not named global_step_N: a role's folder
+    in a step (EasyR1's actor path), a run's save directory, or a renamed copy of a step."""
+    from verl.trainer.checkpointing import STEP_DIR, is_complete, saved_steps, step_dir
+
+    folder = os.path.normpath(path)
+    if STEP_DIR.match(os.path.basename(os.path.dirname(folder))):
+        return f"that is a folder of the step {os.path.dirname(folder)}; give the step itself."
+    complete = [step for step in saved_steps(folder) if is_complete(step_dir(folder, step))]
+    if complete:
+        return (
+            f"that is a run's save directory; give one of its steps (the newest complete one is "
+            f"{step_dir(folder, complete[-1])}), or set {prefix}save_checkpoint_path to it and leave "
+            f"{prefix}load_checkpoint_path unset: the run then resumes from its latest checkpoint."
+        )
+    return (
+        "its name gives the step the run resumes at (put a copy such as global_step_3_backup in a folder of its own, "
+        "as global_step_3)."
+    )
 
 
 @dataclass

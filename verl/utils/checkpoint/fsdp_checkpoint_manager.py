@@ -293,13 +293,13 @@ class FSDPCheckpointManager:
                 "fresh trainer.save_checkpoint_path."
             )
         state = self._live_state(with_optimizer=load_optimizer)
-        fresh = _never_stepped(state["optimizer"]["state"], saved_keys, path) if load_optimizer else {}
+        fresh = _not_saved(state["optimizer"], saved_keys, path) if load_optimizer else []
         rng_key = _rng_key(_rank())
         if not model_only:  # the pickled parts this checkpoint has
             state.update({key: _PickledState() for key in (_TRAINER_KEY, rng_key) if key in saved_keys})
         _dcp(dcp.load, state, path)
-        if fresh:
-            state["optimizer"]["state"].update(fresh)
+        for place, key, value in fresh:  # what the checkpoint has none of keeps its fresh value
+            place[key] = value
         options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:
             configured = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
@@ -327,13 +327,18 @@ class FSDPCheckpointManager:
         return dict(trainer_state.get("extra_state", {}))
 
 
-def _never_stepped(live: dict[str, Any], saved_keys: set[str], path: str) -> dict[str, Any]:
-    """Take out of `live` (the optimizer's state by parameter name, which torch fills for every parameter) the
-    parameters the checkpoint has no state for, and return them: parameters no step gave a gradient (a vision tower
-    on text data, its LoRA adapters) have none, and loading them failed the resume ("Missing key in checkpoint
-    state_dict"). They keep the fresh state, as in the run that saved."""
+def _not_saved(optim: dict[str, Any], saved_keys: set[str], path: str) -> list[tuple[dict[str, Any], str, Any]]:
+    """Take out of `optim` (the optimizer's state dict, which torch fills for every parameter and DCP loads into) what
+    the checkpoint has no value for, and return it as (container, key, value) to put back after the load, fresh as in
+    the run that saved:
+    - parameters no step gave a gradient (a vision tower on text data, its LoRA adapters) have no state; loading them
+      failed the resume ("Missing key in checkpoint state_dict");
+    - a state entry or param-group setting of another optimizer (optim.strategy or the weights' dtype changed between
+      save and resume: BF16AdamW's `compensation` of a bf16 weight, which starts at zero; torch AdamW's `amsgrad`,
+      `foreach`, ... settings, which this run's config sets anyway) failed it the same way; the moments and step
+      counts both keep are the checkpoint's."""
     prefixes = {key[:i] for key in saved_keys if key.startswith("optimizer.state.") for i in _dots(key)}
-    missing = [name for name in live if f"optimizer.state.{name}" not in prefixes]
+    missing = [name for name in optim["state"] if f"optimizer.state.{name}" not in prefixes]
     if missing:
         logger.info(
             "%s has no optimizer state for %d parameter(s) that no step trained (%s%s); they start afresh.",
@@ -342,7 +347,32 @@ def _never_stepped(live: dict[str, Any], saved_keys: set[str], path: str) -> dic
             ", ".join(missing[:3]),
             ", ..." if len(missing) > 3 else "",
         )
-    return {name: live.pop(name) for name in missing}
+    taken = [(optim["state"], name, optim["state"][name]) for name in missing]
+    unstepped = set(missing)
+    stepped = {name: values for name, values in optim["state"].items() if name not in unstepped}
+    entries = [
+        (values, key)
+        for name, values in stepped.items()
+        for key in values
+        if f"optimizer.state.{name}.{key}" not in saved_keys
+    ]
+    settings = [
+        (group, key)
+        for index, group in enumerate(optim["param_groups"])
+        for key in group
+        if key != "params" and f"optimizer.param_groups.{index}.{key}" not in saved_keys
+    ]
+    if entries and _rank() == 0:  # (the param-group settings alone are this run's config's either way: no word)
+        logger.warning(
+            "%s was saved by another optimizer (optim.strategy or the weights' dtype changed?): it has no %s; they "
+            "start afresh, and the moments and step counts are the checkpoint's.",
+            path,
+            ", ".join(sorted({f"'{key}'" for _, key in entries})),
+        )
+    taken += [(place, key, place[key]) for place, key in (*entries, *settings)]
+    for place, key, _ in taken:
+        del place[key]
+    return taken
 
 
 def _dots(key: str) -> list[int]:
