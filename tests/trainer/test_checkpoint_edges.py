@@ -33,6 +33,19 @@ def test_the_best_step_on_a_tie_is_the_earlier_one():
     assert (tracker.best_global_step, tracker.best_val_score, tracker.last_global_step) == (2, 0.5, 4)
 
 
+def test_a_nan_score_is_never_the_best_step(tmp_path):
+    """A NaN first score (SFT's validation loss of a diverged step) stayed the best for good, since no score compares
+    greater than NaN: save_limit then kept that checkpoint and the best step named it. It is recorded, never best."""
+    tracker = CheckpointTracker()
+    tracker.record(1, float("nan"))
+    tracker.record(2, -3.0)
+    tracker.record(3, float("nan"))
+    assert (tracker.best_global_step, tracker.best_val_score) == (2, -3.0)
+    tracker.save(str(tmp_path))
+    resumed = CheckpointTracker.resumed(str(tmp_path), 3)
+    assert (resumed.best_global_step, sorted(resumed.val_scores)) == (2, ["1", "2", "3"])
+
+
 def test_a_resume_replays_the_scores_in_step_order_and_ends_at_its_step(tmp_path):
     """Steps sort as numbers ("10" before "2" as text), and the resumed step is the latest even without a score."""
     old = CheckpointTracker()

@@ -96,7 +96,8 @@ class CheckpointTracker:
         self.last_global_step = step
         if val_score is not None:
             self.val_scores[str(step)] = val_score
-            if self.best_val_score is None or val_score > self.best_val_score:
+            # a NaN score (SFT's val/loss of a diverged run) is never the best: as the first one, no later beat it
+            if math.isfinite(val_score) and (self.best_val_score is None or val_score > self.best_val_score):
                 self.best_val_score, self.best_global_step = val_score, step
 
 
