@@ -357,6 +357,11 @@ def merge(
     # the folder itself, not a link to it (a `latest` symlink): the step whose record an export into it rewrites
     local_dir = os.path.realpath(local_dir)
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
+    if local_dir.endswith(".tmp"):  # a save's staging folder: its .metadata may be there before every rank's files
+        raise FileNotFoundError(
+            f"'{local_dir}' is the staging folder of a save that never finished (a whole one is renamed to "
+            f"'{local_dir[: -len('.tmp')]}'); export a complete step's actor instead."
+        )
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
         raise FileNotFoundError(not_a_checkpoint(local_dir))
     check_intact(local_dir)

@@ -410,6 +410,11 @@ def test_a_step_whose_save_was_interrupted_is_named_and_the_newest_step_with_an_
         merger.merge(str(interrupted))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         merger.merge(str(tmp_path / "elsewhere"))
+    staging = interrupted / "actor.tmp"  # given itself, with the .metadata a save writes before it is renamed
+    staging.mkdir()
+    (staging / ".metadata").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="is the staging folder of a save that never finished"):
+        merger.merge(str(staging))
 
 
 def test_a_critic_checkpoint_is_named_as_such(tmp_path, monkeypatch) -> None:
