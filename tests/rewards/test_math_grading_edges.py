@@ -76,7 +76,7 @@ def test_a_json_list_of_answers_may_start_with_white_space() -> None:
     [
         (r"1\,2345", r"1\,2345"),  # the last group has four digits: no thousands separator
         (r"1234\,567", r"1234\,567"),  # the first group has four digits
-        (r"0.\dot{3}", r"0.\dot{3}"),  # a repeating decimal keeps its point, as 0.\overline{3} does
+        (r"5.\overline{AB}", r"5.\overline{AB}"),  # an overline that is no period keeps the point before it
         ("3...", "3..."),  # an ellipsis is no final point
     ],
 )

@@ -15,11 +15,13 @@ import multiprocessing
 import re
 import threading
 import time
+import unicodedata
 import weakref
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -75,6 +77,15 @@ _TRAILING_POINT = re.compile(r"(?<=\d)\.(?![\dA-Za-z.]|\\(?:overline|dot))")
 _VARNOTHING = re.compile(r"\\varnothing(?![A-Za-z])")
 # A degree sign not written as a superscript ("30°", "30 °", "30\\degree"), which math_verify reads only as one.
 _BARE_DEGREE = re.compile(r"(?<![\^{\s])\s*(?:°|\\degree(?![A-Za-z]))")
+# A repeating decimal: "0.\\overline{3}", "0.1\\overline{6}", "0.\\dot{3}", or "0.(3)" as many countries write it.
+# Digits bounded: a number past them is left to math_verify (Python's int() refuses 4,300 digits).
+_REPEATING = re.compile(r"(?<!\d)(\d{0,30})\.(\d{0,30})(?:\\overline\{(\d{1,30})\}|\\dot\{(\d)\}|\((\d{1,30})\))")
+# Unicode roots of a number, a letter or a bracketed group: "√2", "2√3", "√(x+1)", "∛{27}".
+_UNICODE_ROOT = re.compile(r"([√∛∜])\s*(\d+(?:\.\d+)?|[A-Za-z]|\([^()]*\)|\{[^{}]*\})")
+_ROOT_INDEX = {"√": "", "∛": "[3]", "∜": "[4]"}
+# Unicode fractions, after a whole part they belong to ("1½" is three halves).
+_VULGAR = "½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅐⅛⅜⅝⅞⅑⅒"
+_VULGAR_FRACTION = re.compile(f"(?<!\\d)(\\d{{0,30}})([{_VULGAR}])")  # each digit run tried once: linear
 # A number in e notation, as Python writes a float column's small values ("1e-05"); only in a ground truth.
 _E_NOTATION = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)[eE][-+]?\d{1,3}")
 # Math-mode delimiters around a whole answer: "$x$", "$$x$$", "\(x\)", "\[x\]".
@@ -239,12 +250,36 @@ def normalize_ground_truth(ground_truth: str) -> str:
 
 def normalize_equivalents(answer: str) -> str:
     """Rewrite spellings math_verify misreads: "1\\,000" and "1{,}000" -> "1000" (not a product), "5." -> "5",
-    "\\varnothing" -> "\\emptyset", "30°" -> "30^{\\circ}". A bare "1,000" is left to math_verify, which reads it by
-    context."""
+    "\\varnothing" -> "\\emptyset", "30°" -> "30^{\\circ}", and the Unicode and repeating-decimal spellings it reads as
+    symbols or not at all: "√2" -> "\\sqrt{2}", "∞" -> "\\infty", "1½" -> "\\frac{3}{2}", "0.\\overline{3}" and "0.(3)"
+    -> "\\frac{1}{3}". A bare "1,000" is left to math_verify, which reads it by context."""
+    answer = _REPEATING.sub(_repeating_fraction, answer)
+    answer = _VULGAR_FRACTION.sub(_vulgar_fraction, answer)
+    answer = _UNICODE_ROOT.sub(_unicode_root, answer).replace("∞", "\\infty ")
     answer = _TEX_THOUSANDS.sub(lambda match: _TEX_SEPARATOR.sub("", match.group()), answer)
     answer = _TRAILING_POINT.sub("", answer)
     answer = _BARE_DEGREE.sub(lambda match: "^{\\circ}", answer)
     return _VARNOTHING.sub(r"\\emptyset", answer)
+
+
+def _repeating_fraction(match: re.Match) -> str:
+    whole, fixed = match.group(1) or "0", match.group(2)
+    repeat = next(group for group in match.groups()[2:] if group is not None)
+    # x = whole.fixed(repeat)...: (the digits through one period - the digits before it) / (10^fixed * (10^repeat - 1))
+    value = Fraction(int(whole + fixed + repeat) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(repeat) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _vulgar_fraction(match: re.Match) -> str:
+    value = Fraction(unicodedata.numeric(match.group(2))).limit_denominator(10) + int(match.group(1) or 0)
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _unicode_root(match: re.Match) -> str:
+    operand = match.group(2)
+    if operand[0] in "({":
+        operand = operand[1:-1]
+    return f"\\sqrt{_ROOT_INDEX[match.group(1)]}{{{operand}}}"
 
 
 def as_boxed_latex(answer: str) -> str:
