@@ -2098,6 +2098,35 @@ def test_settings_the_device_the_schedule_or_the_reward_wiring_does_not_read_are
     ]
 
 
+def test_offloading_on_the_cpu_and_the_timeout_of_a_reward_model_alone_are_warned_about(files, caplog):
+    """Accepted and never read, with no word: offload.* on the CPU, where host and device are one memory, and
+    worker.reward.timeout_s beside a reward model alone (it times the rule-based functions and the judge; the
+    reward model scores in the workers)."""
+    scorer = config_only_model(
+        files / "scorer", {"num_labels": 1, "architectures": ["Qwen2ForSequenceClassification"]}
+    )
+    no_function = [*base_args(files)[:2], *base_args(files)[3:]]
+    offload = [
+        "trainer.device=cpu",
+        "worker.actor.offload.offload_params=true",
+        "worker.ref.offload.offload_params=true",
+    ]
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), *offload])
+        load_config([*no_function, f"worker.reward.model.model_path={scorer}", "worker.reward.timeout_s=60"])
+    warnings = [record.getMessage() for record in caplog.records if "has no effect" in record.getMessage()]
+    assert warnings == [
+        "on the CPU (host and device are the same memory: offloading moves nothing): "
+        "worker.actor.offload.offload_params=True, worker.ref.offload.offload_params=True has no effect in this run.",
+        "the reward is the reward model's alone (timeout_s times the rule-based functions and the judge): "
+        "worker.reward.timeout_s=60.0 has no effect in this run.",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):  # a rule function beside it is timed
+        load_config([*base_args(files), f"worker.reward.model.model_path={scorer}", "worker.reward.timeout_s=60"])
+    assert "has no effect" not in caplog.text
+
+
 def test_a_truncated_sampler_beside_a_correction_is_warned_about(files, caplog):
     """top_p < 1: the engine's log-probs are the truncated distribution's, the trainer's the whole one's; a
     correction read the difference as drift, with no word."""

@@ -370,6 +370,23 @@ def test_gpu_only_refusals_under_the_default_device(files, monkeypatch):
         load_config([*base_args(files), *pool])
 
 
+def test_the_gradient_reduction_dtype_of_a_frozen_model_is_warned_about_on_a_gpu(files, monkeypatch, caplog):
+    """fsdp.mp_reduce_dtype sets the dtype gradients are reduced in, and the reference (and reward) model has none:
+    accepted on a GPU with no word, while the actor's is read."""
+    from verl.trainer import config as trainer_config
+
+    monkeypatch.setattr(trainer_config, "is_cuda_available", lambda: True)
+    with caplog.at_level(logging.WARNING, logger="verl"):
+        load_config([*base_args(files), "worker.ref.fsdp.mp_reduce_dtype=bf16"])
+    assert (
+        "a frozen model has no gradients to reduce: worker.ref.fsdp.mp_reduce_dtype=bf16 has no effect" in caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl"):
+        load_config([*base_args(files), "worker.actor.fsdp.mp_reduce_dtype=bf16"])
+    assert "has no effect" not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("override", "warning"),
     [

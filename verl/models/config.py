@@ -599,14 +599,20 @@ class FSDPConfig:
     mp_buffer_dtype: str = "fp32"
     """Dtype of buffers such as rotary caches, on GPU."""
 
-    def inactive(self, prefix: str, on_cpu: bool) -> list[tuple[tuple[str, ...], str]]:
-        """(keys, why) of the mixed-precision settings this device does not read, for `warn_inactive_settings`."""
+    def inactive(self, prefix: str, on_cpu: bool, frozen: bool = False) -> list[tuple[tuple[str, ...], str]]:
+        """(keys, why) of the mixed-precision settings this device (and a `frozen` model, which has no gradients)
+        does not read, for `warn_inactive_settings`."""
         keys = tuple(f"{prefix}{name}" for name in ("mp_param_dtype", "mp_reduce_dtype", "mp_buffer_dtype"))
         if on_cpu:
             return [(keys, "on the CPU (FSDP computes and reduces in the weights' dtype)")]
+        inactive = []
         if self.torch_dtype is not None:
-            return [(keys[:1], f"{prefix}torch_dtype={self.torch_dtype} (the weights are stored and computed in it)")]
-        return []
+            inactive.append(
+                (keys[:1], f"{prefix}torch_dtype={self.torch_dtype} (the weights are stored and computed in it)")
+            )
+        if frozen:
+            inactive.append((keys[1:2], "a frozen model has no gradients to reduce"))
+        return inactive
 
     def validate(self, prefix: str) -> None:
         require_choice(self, prefix, "torch_dtype", TORCH_DTYPES)

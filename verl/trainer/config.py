@@ -856,6 +856,9 @@ def _inactive_reward_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], 
         keys = ("run_in", "num_cpus", "skip_special_tokens", "rule_weight")
         why = "no rule-based reward function is set (worker.reward.reward_function, routes or rubric)"
         inactive.append((tuple(f"worker.reward.{key}" for key in keys), why))
+    if not (reward.reward_function or reward.routes or reward.rubric or reward.judge.enabled):
+        why = "the reward is the reward model's alone (timeout_s times the rule-based functions and the judge)"
+        inactive.append((("worker.reward.timeout_s",), why))
     if reward.model.n_gpus_per_node == 0:
         why = "worker.reward.model.n_gpus_per_node=0 (the reward model shares the actor's processes)"
         inactive.append((("worker.reward.model.nnodes",), why))
@@ -869,18 +872,20 @@ def _inactive_device_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], 
     inactive = worker.actor.optim.inactive("worker.actor.optim.") + worker.critic.optim.inactive(
         "worker.critic.optim."
     )
-    for name, fsdp in (
-        ("actor", worker.actor.fsdp),
-        ("critic", worker.critic.fsdp),
-        ("ref", worker.ref.fsdp),
-        ("reward.model", worker.reward.model.fsdp),
+    for name, fsdp, frozen in (
+        ("actor", worker.actor.fsdp, False),
+        ("critic", worker.critic.fsdp, False),
+        ("ref", worker.ref.fsdp, True),
+        ("reward.model", worker.reward.model.fsdp, True),
     ):
-        inactive += fsdp.inactive(f"worker.{name}.fsdp.", on_cpu)
+        inactive += fsdp.inactive(f"worker.{name}.fsdp.", on_cpu, frozen)
     if on_cpu:
         keys = ("actor.use_torch_compile", "rollout.gpu_memory_utilization", "rollout.enforce_eager")
         keys += ("reward.judge.gpu_memory_utilization", "reward.judge.enforce_eager")
         why = "on the CPU (vLLM runs eagerly with a KV cache of kv_cache_memory_mb; the token head is not compiled)"
         inactive.append((tuple(f"worker.{key}" for key in keys), why))
+        keys = tuple(f"worker.{role}.offload." for role in ("actor", "critic", "ref"))
+        inactive.append((keys, "on the CPU (host and device are the same memory: offloading moves nothing)"))
     else:
         why = "on a GPU (worker.reward.judge.gpu_memory_utilization sizes the judge's KV cache)"
         inactive.append((("worker.reward.judge.kv_cache_memory_mb",), why))

@@ -213,8 +213,9 @@ class RewardConfig:
     """Processes over which a sequential function scores a batch in parallel (1: in the scoring thread itself);
     with run_in=actor also the CPUs the reward actor reserves."""
     timeout_s: float = 1800.0
-    """Longest a batch's scoring may take; past it the run stops with an error naming the reward function (a hung
-    function never hangs the run). <= 0 waits forever."""
+    """Longest the rule-based functions' or the judge's scoring of a batch may take; past it the run stops with an
+    error naming the reward function or the judge (a hung function never hangs the run). The reward model scores in
+    the workers and is not timed (trainer.stall_report_s reports a call that seems stuck). <= 0 waits forever."""
     stream: bool | None = None
     """worker.rollout.mode=colocated or disaggregated: score each group as soon as its n samples are complete, while
     the engines generate the rest (docs/async.md), with every part of the reward: rule functions, a judge, and a
