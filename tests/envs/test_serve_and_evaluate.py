@@ -286,7 +286,7 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
     from openai import OpenAI
     from PIL import Image
 
-    from verl.data.multimodal import count_image_tokens
+    from verl.data.multimodal import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, count_image_tokens, resize_image
     from verl.data.tokenizer import get_processor
     from verl.envs.evaluate import to_openai_messages
 
@@ -302,9 +302,12 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
             client.chat.completions.create(model="tiny-vl", messages=to_openai_messages(m), max_tokens=2).usage
             for m in (text, with_image)
         ]
-        # the image's patch tokens (as the model's processor counts them) plus the vision start and end markers
+        # the image's patch tokens (as the model's processor counts them, at the size training gives it: the server
+        # resizes it into the run's pixel bounds, here training's defaults) plus the vision start and end markers
         processor = get_processor(model)
-        (image_tokens,) = count_image_tokens(processor, [picture.size])
+        trained = resize_image(picture, DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS)
+        assert trained.size == (512, 512)
+        (image_tokens,) = count_image_tokens(processor, [trained.size])
         assert usage[1].prompt_tokens - usage[0].prompt_tokens == image_tokens + 2
         # the image placeholder stays blocked, as the rollout blocks it, whatever a request's logit_bias says
         pad = processor.tokenizer.convert_tokens_to_ids(processor.image_token)

@@ -16,7 +16,7 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
@@ -25,7 +25,14 @@ from verl.utils.hub import safetensors_shapes, weights_fingerprint
 
 if TYPE_CHECKING:
     from verl.models.config import LoraConfig
-    from verl.trainer.config import BaseTrainerConfig
+
+
+class SaveSettings(Protocol):
+    """What the checkpoint plan reads of a run's trainer settings (verl.trainer.config's BaseTrainerConfig, which
+    imports this module to check trainer.load_checkpoint_path)."""
+
+    save_freq: int
+    save_checkpoint_path: str
 
 
 logger = logging.getLogger(__name__)
@@ -607,7 +614,7 @@ def checkpoint_size_estimate(models: list[tuple[str, int]], save_model_only: boo
     return sum(count * size * (1 if save_model_only else 3) for count, (_, size) in zip(counts, models))
 
 
-def checkpoint_plan(trainer: "BaseTrainerConfig", size: int | None = None, model_only: bool = False) -> str:
+def checkpoint_plan(trainer: SaveSettings, size: int | None = None, model_only: bool = False) -> str:
     """One console line: where the checkpoints of a run with `trainer` settings (RL or SFT) go, what they hold, when,
     and about how large each is (`size`, bytes)."""
     when = f"every {trainer.save_freq} steps and at the end" if trainer.save_freq > 0 else "at the end"
@@ -616,7 +623,7 @@ def checkpoint_plan(trainer: "BaseTrainerConfig", size: int | None = None, model
     return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when}{about})."
 
 
-def log_checkpoint_plan(trainer: "BaseTrainerConfig", size: int | None, model_only: bool = False) -> None:
+def log_checkpoint_plan(trainer: SaveSettings, size: int | None, model_only: bool = False) -> None:
     """The checkpoint plan's line, and a warning when one checkpoint would not fit in the free space where it goes."""
     logger.info(checkpoint_plan(trainer, size, model_only))
     warn_if_no_room(trainer.save_checkpoint_path, size)
