@@ -203,3 +203,17 @@ def test_mixed_precision_dtypes_take_torchs_names_too():
         torch.float16,
         torch.bfloat16,
     ]
+
+
+def test_a_shard_group_larger_than_the_devices_is_warned_about_and_shards_over_all(caplog) -> None:
+    """fsdp_size above the device count was taken as -1 without a word (a recipe's HSDP group of 8 run on 4 GPUs)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger=model_config.__name__):
+        model_config.FSDPConfig(fsdp_size=8).check_world("w.", 4)
+        model_config.FSDPConfig(fsdp_size=4).check_world("w.", 4)
+        model_config.FSDPConfig(fsdp_size=2).check_world("w.", 4)
+    assert [record.getMessage() for record in caplog.records] == [
+        "w.fsdp_size=8 is more than the 4 devices (trainer.nnodes x trainer.n_gpus_per_node): the model is sharded "
+        "over all of them (as -1)."
+    ]

@@ -11,6 +11,7 @@ ConfigError with the key as `prefix + field`, so every config that embeds them g
 import copy
 import glob
 import json
+import logging
 import os
 import re
 import shlex
@@ -18,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.utils.config import ConfigError, require_choice, require_path
+
+
+logger = logging.getLogger(__name__)
 
 
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
@@ -589,7 +593,8 @@ class FSDPConfig:
     is for frozen models only (no loss scaling). A frozen model (reference, reward model) is stored in it when set,
     else in fp32 on the CPU and mp_param_dtype on GPUs."""
     fsdp_size: int = -1
-    """Shard group size; smaller than the world size gives HSDP (replicate across groups). -1 shards over all."""
+    """Shard group size; smaller than the world size gives HSDP (replicate across groups). -1 shards over all, as
+    does a size above the devices (warned)."""
     mp_param_dtype: str = "bf16"
     """Compute dtype of the mixed-precision policy on GPU (ignored on CPU, which computes in fp32, and where
     torch_dtype is set)."""
@@ -627,7 +632,16 @@ class FSDPConfig:
         self, prefix: str, world: int, counted_by: str = "trainer.nnodes x trainer.n_gpus_per_node"
     ) -> None:
         """An HSDP shard group (0 < fsdp_size < the `world` devices, which `counted_by` names) must divide the
-        devices."""
+        devices; one larger than the devices shards over all of them, as -1 does (warned: a recipe written for more
+        devices runs as plain FSDP here)."""
+        if self.fsdp_size > world:
+            logger.warning(
+                "%sfsdp_size=%d is more than the %d devices (%s): the model is sharded over all of them (as -1).",
+                prefix,
+                self.fsdp_size,
+                world,
+                counted_by,
+            )
         if 0 < self.fsdp_size < world and world % self.fsdp_size:
             raise ConfigError(
                 f"{prefix}fsdp_size={self.fsdp_size} must divide the {world} devices ({counted_by}) for HSDP, or be -1 "
